@@ -1,0 +1,79 @@
+"""The bundled catalogs: GPUs (``data/gpus.toml``) and model configs (``data/models/``).
+
+Both are data files shipped inside the package, each entry with its source. Loading is
+cached: a CLI call reads the GPU table once and only the one model file it needs.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from servefit.core.hardware import GpuCatalog
+from servefit.errors import ConfigError
+
+MODELS_PACKAGE = "servefit.data"
+
+
+def _data_file(name: str) -> Any:
+    return resources.files(MODELS_PACKAGE).joinpath(name)
+
+
+@cache
+def gpu_catalog() -> GpuCatalog:
+    """The hardware catalog, parsed once per process."""
+    raw = tomllib.loads(_data_file("gpus.toml").read_text(encoding="utf-8"))
+    if raw.get("schema_version") != 1:
+        raise ConfigError(f"gpus.toml: unsupported schema_version {raw.get('schema_version')!r}")
+    return GpuCatalog.from_rows(raw["gpu"])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CatalogModel:
+    """One bundled model: its config values and where they come from."""
+
+    model_id: str
+    config: dict[str, Any]
+    hf_quant_config: dict[str, Any] | None
+    source: str
+    confidence: str
+    notes: str
+    published_params: dict[str, Any] | None
+
+
+def _file_name(model_id: str) -> str:
+    return model_id.replace("/", "__") + ".json"
+
+
+@cache
+def model_ids() -> tuple[str, ...]:
+    """Every Hugging Face id in the bundled catalog."""
+    folder = _data_file("models")
+    names = sorted(p.name for p in folder.iterdir() if p.name.endswith(".json"))
+    return tuple(n[: -len(".json")].replace("__", "/") for n in names)
+
+
+@cache
+def _ids_by_lower() -> dict[str, str]:
+    return {m.lower(): m for m in model_ids()}
+
+
+def find_catalog_model(model_id: str) -> CatalogModel | None:
+    """The bundled entry for ``model_id`` (case-insensitive), or None."""
+    exact = _ids_by_lower().get(model_id.lower())
+    if exact is None:
+        return None
+    raw = json.loads(_data_file("models").joinpath(_file_name(exact)).read_text(encoding="utf-8"))
+    return CatalogModel(
+        model_id=raw["id"],
+        config=raw["config"],
+        hf_quant_config=raw.get("hf_quant_config"),
+        source=raw["source"],
+        confidence=raw["confidence"],
+        notes=raw.get("notes", ""),
+        published_params=raw.get("published_params"),
+    )

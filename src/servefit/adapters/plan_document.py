@@ -1,0 +1,194 @@
+"""The versioned JSON document of ``servefit plan --json`` (what scripts consume)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from servefit import __version__
+from servefit.core.plan import CapacityPlan
+
+SCHEMA_VERSION = 1
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSection(_Doc):
+    id: str
+    source: str
+    architecture: str
+    model_type: str
+    family: str
+    dtype: str
+    quantization: str
+    num_layers: int
+    layer_kinds: dict[str, int]
+    params_total: int
+    params_active: int
+    params_embedding: int
+    params_vision: int
+    params_mtp: int
+
+
+class GpuSection(_Doc):
+    name: str
+    count: int
+    memory_bytes: int
+    cuda_total_bytes: int
+    memory_bandwidth_bytes_per_s: float
+    compute_capability: str | None
+    source: str
+
+
+class SettingsSection(_Doc):
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    gpu_memory_utilization: float
+    kv_cache_dtype: str
+    block_size: int
+    enable_prefix_caching: bool
+    enforce_eager: bool
+    vllm_version: str
+    concurrency: int
+    context_tokens: int
+
+
+class MemorySection(_Doc):
+    total_bytes_per_gpu: int
+    requested_bytes_per_gpu: int
+    weights_bytes_per_gpu: int
+    weights_bytes_total: int
+    activation_peak_bytes_per_gpu: int
+    non_torch_bytes_per_gpu: int
+    cuda_graph_bytes_per_gpu: int
+    headroom_bytes_per_gpu: int
+    kv_cache_memory_bytes: int
+    kv_cache_memory_given: bool
+    num_blocks: int
+    bytes_per_block: int
+    kv_cache_groups: int
+    kv_cache_tokens: int
+    kv_cache_tokens_definition: str
+    max_concurrency: float
+    max_concurrency_definition: str
+    largest_max_model_len: int
+    concurrency_at_context: float
+    max_context_at_concurrency: int
+    kv_bytes_per_token: int
+    state_bytes_per_sequence: int
+    sequence_bytes_at_context: int
+    mamba_block_limit: int | None
+
+
+class PlanDocument(_Doc):
+    schema_version: int
+    servefit_version: str
+    model: ModelSection
+    gpu: GpuSection
+    settings: SettingsSection
+    memory: MemorySection
+    fits: bool
+    starts: bool
+    meets_target: bool
+    problems: list[str]
+    warnings: list[str]
+    assumptions: list[str]
+    vllm_command: str
+
+
+def plan_document(
+    plan: CapacityPlan, *, model_id: str, source: str, vllm_command: str
+) -> PlanDocument:
+    spec, p, m, r = plan.model, plan.params, plan.memory, plan.settings
+    kinds: dict[str, int] = {}
+    for layer in spec.layers:
+        kind = layer.mixer.kind.value if layer.mixer else "mlp_only"
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return PlanDocument(
+        schema_version=SCHEMA_VERSION,
+        servefit_version=__version__,
+        model=ModelSection(
+            id=model_id,
+            source=source,
+            architecture=spec.architecture,
+            model_type=spec.model_type,
+            family=spec.family,
+            dtype=spec.dtype,
+            quantization=spec.quant.description,
+            num_layers=spec.num_layers,
+            layer_kinds=kinds,
+            params_total=p.total,
+            params_active=p.active,
+            params_embedding=p.embedding,
+            params_vision=p.vision,
+            params_mtp=p.mtp,
+        ),
+        gpu=GpuSection(
+            name=plan.gpu.name,
+            count=r.num_gpus,
+            memory_bytes=plan.gpu.memory_bytes,
+            cuda_total_bytes=plan.gpu.cuda_total_bytes,
+            memory_bandwidth_bytes_per_s=plan.gpu.memory_bandwidth_bytes_per_s,
+            compute_capability=plan.gpu.compute_capability,
+            source=plan.gpu.source,
+        ),
+        settings=SettingsSection(
+            tensor_parallel_size=r.tensor_parallel_size,
+            pipeline_parallel_size=r.pipeline_parallel_size,
+            max_model_len=r.max_model_len,
+            max_num_seqs=r.max_num_seqs,
+            max_num_batched_tokens=r.max_num_batched_tokens,
+            gpu_memory_utilization=r.gpu_memory_utilization,
+            kv_cache_dtype=r.kv_cache_dtype,
+            block_size=r.block_size,
+            enable_prefix_caching=r.enable_prefix_caching,
+            enforce_eager=r.enforce_eager,
+            vllm_version=r.vllm_version,
+            concurrency=r.concurrency,
+            context_tokens=r.context_tokens,
+        ),
+        memory=MemorySection(
+            total_bytes_per_gpu=m.total_bytes,
+            requested_bytes_per_gpu=m.requested_bytes,
+            weights_bytes_per_gpu=m.weights_bytes,
+            weights_bytes_total=int(plan.weights_total_bytes),
+            activation_peak_bytes_per_gpu=m.activation_peak_bytes,
+            non_torch_bytes_per_gpu=m.non_torch_bytes,
+            cuda_graph_bytes_per_gpu=m.cuda_graph_bytes,
+            headroom_bytes_per_gpu=m.headroom_bytes,
+            kv_cache_memory_bytes=m.kv_cache_bytes,
+            kv_cache_memory_given=m.is_kv_cache_given,
+            num_blocks=plan.num_blocks,
+            bytes_per_block=plan.layout.bytes_per_block,
+            kv_cache_groups=len(plan.layout.groups),
+            kv_cache_tokens=plan.kv_cache_tokens,
+            kv_cache_tokens_definition=(
+                "vLLM's 'GPU KV cache size': int(max_concurrency x max_model_len)"
+                if plan.behaviour.is_token_count_from_concurrency
+                else "vLLM's 'GPU KV cache size': num_blocks // num_kv_cache_groups x block_size"
+            ),
+            max_concurrency=plan.max_concurrency,
+            max_concurrency_definition=(
+                "vLLM's 'Maximum concurrency for max_model_len tokens per request': num_blocks / "
+                "blocks one request of max_model_len needs across all KV-cache groups"
+            ),
+            largest_max_model_len=plan.largest_max_model_len,
+            concurrency_at_context=plan.concurrency_at_context,
+            max_context_at_concurrency=plan.max_context_at_concurrency,
+            kv_bytes_per_token=plan.kv_bytes_per_token,
+            state_bytes_per_sequence=plan.state_bytes_per_sequence,
+            sequence_bytes_at_context=plan.sequence_bytes_at_context,
+            mamba_block_limit=plan.mamba_block_limit,
+        ),
+        fits=plan.fits,
+        starts=plan.starts,
+        meets_target=plan.meets_target,
+        problems=list(plan.problems),
+        warnings=list(plan.warnings),
+        assumptions=list(plan.assumptions),
+        vllm_command=vllm_command,
+    )

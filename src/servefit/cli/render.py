@@ -1,0 +1,148 @@
+"""Human-readable rendering of a plan: a breakdown table, a memory bar, the verdict."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from servefit.core.plan import CapacityPlan
+from servefit.units import GIB_BYTES, MIB_BYTES
+
+MIB = MIB_BYTES
+
+BAR_WIDTH = 60
+PART_STYLES = {
+    "weights": ("Weights", "blue"),
+    "kv_cache": ("KV cache + state", "green"),
+    "activations": ("Activations (peak)", "yellow"),
+    "runtime": ("Runtime (non-torch + CUDA graphs)", "magenta"),
+    "headroom": ("Headroom (unused by vLLM)", "grey50"),
+}
+
+
+def _gib(num_bytes: float) -> str:
+    return f"{num_bytes / GIB_BYTES:,.2f} GiB"
+
+
+def _params(count: int) -> str:
+    return f"{count / 1e9:,.2f} B" if count >= 1e8 else f"{count / 1e6:,.1f} M"
+
+
+def memory_bar(plan: CapacityPlan) -> Text:
+    parts = plan.memory.parts_bytes
+    total = max(plan.memory.total_bytes, sum(max(v, 0) for v in parts.values()))
+    bar = Text()
+    used = 0
+    for key, value in parts.items():
+        width = round(max(value, 0) / total * BAR_WIDTH) if total else 0
+        width = min(width, BAR_WIDTH - used)
+        used += width
+        bar.append("█" * width, style=PART_STYLES[key][1])
+    bar.append("░" * (BAR_WIDTH - used), style="grey23")
+    return bar
+
+
+def render_plan(plan: CapacityPlan, *, model_id: str, vllm_command: str, console: Console) -> None:
+    spec, p, m, r = plan.model, plan.params, plan.memory, plan.settings
+    gpus = f"{r.num_gpus} x {plan.gpu.name}" if r.num_gpus > 1 else plan.gpu.name
+    console.print(f"[bold]{model_id}[/] on [bold]{gpus}[/] under vLLM {r.vllm_version}")
+    active = f", {_params(p.active)} active per token" if p.active != p.total else ""
+    console.print(
+        f"  {spec.family}, {spec.num_layers} layers, {_params(p.total)} parameters{active}; "
+        f"{spec.dtype}, {spec.quant.description}"
+    )
+    kinds: dict[str, int] = {}
+    for layer in spec.layers:
+        kind = layer.mixer.kind.value if layer.mixer else "mlp only"
+        kinds[kind] = kinds.get(kind, 0) + 1
+    console.print("  layers: " + ", ".join(f"{n} {k}" for k, n in kinds.items()))
+
+    table = Table(
+        title=f"Memory per GPU ({_gib(m.total_bytes)} visible to CUDA)", title_justify="left"
+    )
+    table.add_column("part")
+    table.add_column("size", justify="right")
+    table.add_column("share", justify="right")
+    for key, value in m.parts_bytes.items():
+        label, style = PART_STYLES[key]
+        share = value / m.total_bytes if m.total_bytes else 0
+        table.add_row(Text(label, style=style), _gib(value), f"{share:.0%}")
+    table.add_row(
+        "budget (x gpu_memory_utilization)",
+        _gib(m.requested_bytes),
+        f"{r.gpu_memory_utilization:.0%}",
+    )
+    console.print(table)
+    console.print(memory_bar(plan))
+
+    console.print()
+    console.print("[bold]KV cache[/] (as vLLM reports it at startup)")
+    source = "given (--kv-cache-memory-bytes)" if m.is_kv_cache_given else "predicted"
+    console.print(f"  Available KV cache memory: {_gib(m.kv_cache_bytes)} ({source})")
+    console.print(f"  GPU KV cache size: {plan.kv_cache_tokens:,} tokens")
+    console.print(
+        f"  Maximum concurrency for {r.max_model_len:,} tokens per request: "
+        f"{plan.max_concurrency:.2f}x"
+    )
+    groups = len(plan.layout.groups)
+    console.print(
+        f"  {plan.num_blocks:,} blocks of {r.block_size} tokens, {groups} KV-cache group"
+        f"{'s' if groups != 1 else ''}, {_gib(plan.layout.bytes_per_block)} per block"
+    )
+    if plan.kv_bytes_per_token:
+        console.print(
+            f"  attention KV per token: {plan.kv_bytes_per_token / 1024:,.1f} KiB per GPU"
+        )
+    if plan.state_bytes_per_sequence:
+        console.print(
+            f"  constant state per sequence: {plan.state_bytes_per_sequence / MIB:,.1f} MiB "
+            "per GPU (linear attention / Mamba layers, whatever the context)"
+        )
+    console.print(
+        f"  one sequence of {r.context_tokens:,} tokens: "
+        f"{plan.sequence_bytes_at_context / MIB:,.1f} MiB per GPU; "
+        f"{plan.concurrency_at_context:.2f} such sequences fit at once"
+    )
+    console.print(f"  longest single request that fits: {plan.largest_max_model_len:,} tokens")
+    if r.concurrency > 1:
+        console.print(
+            f"  longest context for {r.concurrency} concurrent requests: "
+            f"{plan.max_context_at_concurrency:,} tokens"
+        )
+    if plan.mamba_block_limit is not None:
+        console.print(
+            f"  state blocks cap --max-num-seqs at {plan.mamba_block_limit:,} "
+            f"(now {r.max_num_seqs})"
+        )
+
+    console.print()
+    if plan.fits:
+        console.print(
+            f"[bold green]FITS[/]: {plan.concurrency_at_context:.1f} requests of "
+            f"{r.context_tokens:,} tokens at once"
+        )
+    elif plan.starts:
+        console.print("[bold yellow]DOES NOT MEET THE TARGET[/] (vLLM starts)")
+    else:
+        console.print("[bold red]DOES NOT FIT[/]")
+    for line in plan.problems:
+        console.print(f"  - {line}")
+    for line in plan.warnings:
+        console.print(f"  [yellow]! {line}[/]")
+    console.print()
+    console.print("[bold]vLLM command[/]")
+    console.print(f"  {vllm_command}", soft_wrap=True, highlight=False)
+    console.print()
+    console.print("[dim]Assumptions:[/]")
+    for line in plan.assumptions:
+        console.print(f"[dim]  - {line}[/]")
+
+
+def render_gpus(rows: list[tuple[str, ...]], console: Console) -> None:
+    table = Table(title="GPU catalog (dense peak figures)", title_justify="left")
+    for col in ("name", "memory", "bandwidth", "bf16", "fp8", "CC", "aliases"):
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)

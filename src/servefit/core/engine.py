@@ -1,0 +1,139 @@
+"""What vLLM does at startup that servefit mirrors: defaults, version differences, and the
+memory it uses outside weights and KV cache.
+
+The defaults are read from vLLM's source (``vllm/engine/arg_utils.py``,
+``vllm/config/cache.py``, ``vllm/v1/worker/gpu_worker.py``) at v0.10.0, v0.11.0 and v0.33.0.
+The activation, non-torch and CUDA-graph figures are *fitted* to real vLLM v0.19.0 startup
+logs (llm-d-incubation/llm-d-planner @ d3121e05, ``accuracy/results/v0.19.0/logs``: 59 runs of
+dense, MoE, MLA and sliding-window models on 1-4 x H100 80GB), because vLLM measures them by
+running the model rather than computing them. Each is stated as an assumption in reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servefit.errors import InvalidArgumentError
+from servefit.units import GIB_BYTES, MIB_BYTES
+
+DEFAULT_VLLM_VERSION = "0.33"
+
+# Scheduler defaults for the OpenAI-compatible server (vllm/engine/arg_utils.py,
+# get_batch_defaults / _set_default_args): (max_num_batched_tokens, max_num_seqs).
+SERVER_BATCH_DEFAULTS_LARGE = (8192, 1024)  # device memory >= 70 GiB and not an A100
+SERVER_BATCH_DEFAULTS_XLARGE = (16384, 1024)  # device memory >= 160 GiB (v0.33)
+SERVER_BATCH_DEFAULTS_SMALL = (2048, 256)  # everything else, A100 included
+LARGE_GPU_MIN_BYTES = 70 * GIB_BYTES
+XLARGE_GPU_MIN_BYTES = 160 * GIB_BYTES
+
+# The CUDA driver keeps part of the memory nvidia-smi reports as total: vLLM logged
+# "total 79.19 GiB" on an H100 80GB HBM3 (nvidia-smi 81559 MiB; llm-d-planner v0.19.0 logs)
+# and "total_gpu_memory=23.58GiB" on an RTX 3090 (nvidia-smi 24576 MiB; vllm-project/vllm#10517):
+# 469 MiB and 430 MiB. servefit takes 450 MiB.
+DRIVER_RESERVED_BYTES = 450 * MIB_BYTES
+
+# Peak activation of the profile run: vLLM runs a dummy batch of max_num_batched_tokens
+# tokens over min(max_num_seqs, max_num_batched_tokens) requests, then the sampler on their
+# logits. Fitted to the v0.19.0 logs: the peak is ~3.9x the fp32 logits
+# (num_reqs x vocab x 4 bytes) for dense models (Llama-3.1-8B 1.89 GiB, Qwen2.5-7B 2.21,
+# gemma-2-9b 3.65, phi-4 1.52, granite-3.1-2b 0.75, phi-2 0.79; median ratio 3.87), or the
+# forward pass's MLP activations when those are larger (CodeLlama-7b 0.77 GiB), plus the fused
+# MoE kernel's intermediate buffers for MoE models (Mixtral-8x7B TP2 1.21, Qwen3-30B-A3B 2.68).
+SAMPLER_LOGITS_FACTOR = 3.9
+LOGIT_BYTES = 4  # fp32 logits
+
+# Memory allocated outside PyTorch during profiling (NCCL, cuBLAS workspaces, custom
+# all-reduce buffers), from the same logs: 0.24-0.27 GiB on one GPU, 2.06-2.21 GiB with
+# tensor parallelism (custom all-reduce + NCCL), 0.07 GiB per rank with pipeline parallelism only.
+NON_TORCH_SINGLE_GPU_BYTES = int(0.25 * GIB_BYTES)
+NON_TORCH_TENSOR_PARALLEL_BYTES = int(2.1 * GIB_BYTES)
+NON_TORCH_PIPELINE_ONLY_BYTES = int(0.07 * GIB_BYTES)
+
+# CUDA graph pool ("Graph capturing finished ... took X GiB"), fitted to the same logs:
+# 0.67-0.98 GiB for 26-42 layer dense models, 1.41-1.61 GiB for 48-80 layer or MoE models.
+CUDA_GRAPH_BASE_BYTES = int(0.45 * GIB_BYTES)
+CUDA_GRAPH_PER_LAYER_BYTES = int(0.016 * GIB_BYTES)
+
+
+def parse_version(version: str) -> tuple[int, int]:
+    """ "0.19", "0.19.1", "v0.33.0" -> (major, minor)."""
+    text = version.strip().lstrip("v")
+    parts = text.split(".")
+    try:
+        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        raise InvalidArgumentError(
+            f"--vllm-version {version!r} is not a version number like 0.19 or 0.33.0"
+        ) from None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VllmBehaviour:
+    """The version-dependent parts of vLLM's startup accounting."""
+
+    version: str
+    default_gpu_memory_utilization: float
+    is_cuda_graph_in_budget: bool  # CUDA graph memory estimated and subtracted before sizing KV
+    is_token_count_from_concurrency: bool  # "GPU KV cache size" = int(concurrency x max_model_len)
+    has_xlarge_batch_defaults: bool
+    checks_mamba_blocks_vs_max_num_seqs: bool
+    has_hybrid_prefix_caching: bool  # prefix caching keeps 2 state blocks per request (align mode)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        notes = [f"mirrors vLLM {self.version} (V1 engine) startup accounting"]
+        if self.is_cuda_graph_in_budget:
+            notes.append(
+                "CUDA graph memory is estimated and taken from the budget before the KV cache"
+            )
+        else:
+            notes.append("CUDA graphs are captured after the KV cache is sized, from the headroom")
+        return tuple(notes)
+
+
+def vllm_behaviour(version: str = DEFAULT_VLLM_VERSION) -> VllmBehaviour:
+    major, minor = parse_version(version)
+    v = (major, minor)
+    if v < (0, 10):
+        raise InvalidArgumentError(
+            f"--vllm-version {version}: servefit models the V1 engine, vLLM 0.10 and newer"
+        )
+    return VllmBehaviour(
+        version=f"{major}.{minor}",
+        # 0.9 in v0.10/v0.11 (config/cache.py), 0.92 in v0.33; the release that changed it
+        # was not identified: servefit switches at 0.30 and says so.
+        default_gpu_memory_utilization=0.92 if v >= (0, 30) else 0.9,
+        # "CUDA graph memory profiling is enabled (default since v0.21.0)" (gpu_worker.py, v0.33)
+        is_cuda_graph_in_budget=v >= (0, 21),
+        # v0.33 kv_cache_utils: tokens = int(max_concurrency * max_model_len)
+        is_token_count_from_concurrency=v >= (0, 33),
+        has_xlarge_batch_defaults=v >= (0, 33),
+        # v0.33 config/compilation.py: "max_num_seqs (M) exceeds available Mamba cache blocks (N)"
+        checks_mamba_blocks_vs_max_num_seqs=v >= (0, 30),
+        # A v0.20 log of a Qwen3.6 hybrid (attention block 2096) shows 2 state blocks per
+        # request with prefix caching on; v0.33 calls this mamba_cache_mode "align".
+        has_hybrid_prefix_caching=v >= (0, 20),
+    )
+
+
+def server_batch_defaults(
+    total_memory_bytes: float, gpu_name: str, behaviour: VllmBehaviour
+) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) that ``vllm serve`` picks for this GPU."""
+    if behaviour.has_xlarge_batch_defaults and total_memory_bytes >= XLARGE_GPU_MIN_BYTES:
+        return SERVER_BATCH_DEFAULTS_XLARGE
+    if total_memory_bytes >= LARGE_GPU_MIN_BYTES and "a100" not in gpu_name.lower():
+        return SERVER_BATCH_DEFAULTS_LARGE
+    return SERVER_BATCH_DEFAULTS_SMALL
+
+
+def non_torch_bytes(tp: int, pp: int) -> int:
+    if tp > 1:
+        return NON_TORCH_TENSOR_PARALLEL_BYTES
+    if pp > 1:
+        return NON_TORCH_PIPELINE_ONLY_BYTES
+    return NON_TORCH_SINGLE_GPU_BYTES
+
+
+def cuda_graph_bytes(num_layers: int) -> int:
+    return CUDA_GRAPH_BASE_BYTES + CUDA_GRAPH_PER_LAYER_BYTES * num_layers

@@ -1,0 +1,376 @@
+"""Sequence state, accounted the way vLLM's V1 engine accounts it.
+
+One small frozen spec per layer kind answers two questions, as in vLLM's
+``vllm/v1/kv_cache_interface.py``: *how many bytes is one page (block) of this layer*, and
+*how much memory can one request of ``max_model_len`` tokens need*. The layers are then
+grouped (``vllm/v1/core/kv_cache_utils.py``), and the KV-cache memory is cut into a number
+of blocks shared by all groups. Everything here is per GPU (per tensor-parallel rank of one
+pipeline stage).
+
+Worked example (Llama-3.1-8B, bf16, TP=1, block 16): a page of one layer holds
+2 (K and V) x 16 tokens x 8 KV heads x 128 dims x 2 bytes = 65,536 bytes; 32 layers share a
+block id, so 20 GiB of KV memory is 20 x 2**30 // 65,536 // 32 = 10,240 blocks = 163,840
+tokens, and a request of 8,192 tokens needs 512 blocks: "Maximum concurrency 20.00x".
+
+Hybrid models (Gated DeltaNet / Mamba + attention) keep one constant-size state per
+sequence per layer. vLLM makes the attention page at least as large as that state page by
+raising the attention block size (in multiples of 16 tokens), pads the state page to the
+attention page, and splits layers into groups of equal size, each group taking one block
+per request (state) or one block per ``block_size`` tokens (attention).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import lru_cache
+
+from servefit.core.model_spec import (
+    AttentionSpec,
+    LinearAttentionSpec,
+    MambaSpec,
+    MixerKind,
+    MlaSpec,
+    ModelSpec,
+)
+from servefit.errors import InvalidArgumentError
+from servefit.units import cdiv, dtype_bytes
+
+DEFAULT_BLOCK_SIZE = 16  # vLLM CacheConfig default block size on CUDA
+HYBRID_BLOCK_ALIGNMENT = 16  # attention block size is raised in multiples of this
+FP8_DS_MLA_BYTES_PER_TOKEN = 656  # DeepSeek V3.2 fp8 MLA cache: 512 fp8 + 4 fp32 + 64 bf16
+
+
+class CacheMode(StrEnum):
+    """How vLLM keeps Mamba/linear-attention state per request (``mamba_cache_mode``)."""
+
+    NONE = "none"  # one state block per request
+    ALIGN = "align"  # prefix caching on hybrid models: two blocks per request
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KvLayerSpec:
+    """The cache of one layer on one GPU."""
+
+    kind: MixerKind
+    block_size: int  # tokens per block (state layers: one block per request)
+    page_size_bytes: int  # bytes of one block of this layer, after padding
+    sliding_window_tokens: int | None = None
+    state_blocks_per_request: int = 1
+    is_state: bool = field(init=False, compare=False, hash=False)  # constant state, no tokens
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "is_state", self.kind in (MixerKind.LINEAR_ATTENTION, MixerKind.MAMBA)
+        )
+
+    def max_memory_usage_bytes(self, max_model_len: int, max_num_batched_tokens: int) -> int:
+        """Most memory one request of ``max_model_len`` tokens can hold in this layer."""
+        if self.is_state:
+            return self.state_blocks_per_request * self.page_size_bytes
+        if self.sliding_window_tokens is not None:
+            # the window, plus one scheduled chunk of prefill, plus one block of slack
+            tokens = min(self.sliding_window_tokens - 1 + max_num_batched_tokens, max_model_len)
+            return (cdiv(tokens, self.block_size) + 1) * self.page_size_bytes
+        return cdiv(max_model_len, self.block_size) * self.page_size_bytes
+
+    def bytes_per_request(self, context_tokens: int, max_num_batched_tokens: int) -> int:
+        """Memory one request of ``context_tokens`` holds in this layer (whole blocks)."""
+        return self.max_memory_usage_bytes(context_tokens, max_num_batched_tokens)
+
+
+def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
+    """vLLM replicates KV heads when there are fewer of them than TP ranks."""
+    return max(1, num_kv_heads // tp)
+
+
+def attention_bytes_per_token(a: AttentionSpec, tp: int, kv_dtype_bytes: float) -> int:
+    """K and V of one token in one layer on one rank."""
+    heads = kv_heads_per_rank(a.num_kv_heads, tp)
+    return int(heads * (a.head_dim + a.value_head_dim) * kv_dtype_bytes)
+
+
+def mla_bytes_per_token(m: MlaSpec, kv_cache_dtype: str, kv_dtype_bytes: float) -> int:
+    """One latent (kv_lora_rank + rope dims) per token, not split by TP, no factor 2."""
+    if kv_cache_dtype == "fp8_ds_mla":
+        return FP8_DS_MLA_BYTES_PER_TOKEN
+    return int((m.kv_lora_rank + m.qk_rope_head_dim) * kv_dtype_bytes)
+
+
+def state_bytes(
+    mixer: LinearAttentionSpec | MambaSpec, tp: int, conv_bytes: float, ssm_bytes: float
+) -> int:
+    """Constant per-sequence state of one linear-attention or Mamba layer on one rank
+    (vLLM ``MambaStateShapeCalculator``): a conv window of (kernel - 1) steps plus the SSM
+    state."""
+    if isinstance(mixer, LinearAttentionSpec):
+        conv_dim = 2 * mixer.key_dim + mixer.value_dim
+        conv = (mixer.conv_kernel - 1) * conv_dim // tp
+        ssm = (mixer.num_v_heads // tp) * mixer.k_head_dim * mixer.v_head_dim
+    elif mixer.version == 1:
+        conv = (mixer.conv_kernel - 1) * mixer.d_inner // tp
+        ssm = mixer.d_inner // tp * mixer.state_size
+    else:
+        # groups are replicated to a multiple of tp when they do not divide it
+        groups = (
+            mixer.n_groups if mixer.n_groups % tp == 0 else mixer.n_groups + tp - mixer.n_groups
+        )
+        conv_dim = mixer.d_inner + 2 * groups * mixer.state_size
+        conv = (mixer.conv_kernel - 1) * conv_dim // tp
+        ssm = (mixer.num_heads // tp) * mixer.head_dim * mixer.state_size
+    return int(conv * conv_bytes + ssm * ssm_bytes)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CacheSettings:
+    """The engine flags that shape the cache."""
+
+    tp: int = 1
+    kv_cache_dtype: str = "auto"  # auto = the model dtype
+    block_size: int | None = None  # None = vLLM's choice
+    mamba_ssm_dtype: str | None = None  # from the config's mamba_ssm_dtype; None = model dtype
+    cache_mode: CacheMode = CacheMode.NONE
+    mla_block_size: int = DEFAULT_BLOCK_SIZE  # MLA backends force their own block size
+
+
+def resolve_kv_dtype_bytes(spec: ModelSpec, kv_cache_dtype: str) -> float:
+    if kv_cache_dtype in ("auto", ""):
+        return dtype_bytes(spec.dtype)
+    return dtype_bytes(kv_cache_dtype)
+
+
+@lru_cache(maxsize=1024)
+def layer_specs(spec: ModelSpec, layers: range | None, s: CacheSettings) -> tuple[KvLayerSpec, ...]:
+    """One :class:`KvLayerSpec` per layer that keeps state, for the layers of one stage."""
+    kv_bytes = resolve_kv_dtype_bytes(spec, s.kv_cache_dtype)
+    model_bytes = dtype_bytes(spec.dtype)
+    ssm_bytes = dtype_bytes(s.mamba_ssm_dtype) if s.mamba_ssm_dtype else model_bytes
+    indices = layers if layers is not None else range(spec.num_layers)
+    mixers = [spec.layers[i].mixer for i in indices]
+
+    attention_token_bytes = [
+        attention_bytes_per_token(m, s.tp, kv_bytes) for m in mixers if isinstance(m, AttentionSpec)
+    ] + [
+        mla_bytes_per_token(m, s.kv_cache_dtype, kv_bytes) for m in mixers if isinstance(m, MlaSpec)
+    ]
+    states = [
+        state_bytes(m, s.tp, model_bytes, ssm_bytes)
+        for m in mixers
+        if isinstance(m, LinearAttentionSpec | MambaSpec)
+    ]
+    has_mla = any(isinstance(m, MlaSpec) for m in mixers)
+    block = s.block_size or (s.mla_block_size if has_mla else DEFAULT_BLOCK_SIZE)
+    state_page = max(states, default=0)
+    if states and attention_token_bytes:
+        # Hybrid: raise the attention block size until one attention page holds a state page.
+        per_token = max(attention_token_bytes)
+        needed = HYBRID_BLOCK_ALIGNMENT * cdiv(state_page, HYBRID_BLOCK_ALIGNMENT * per_token)
+        block = max(block, needed)
+        state_page = max(state_page, block * per_token)  # state page padded up to match
+
+    result = []
+    for m in mixers:
+        if isinstance(m, AttentionSpec):
+            page = block * attention_bytes_per_token(m, s.tp, kv_bytes)
+            result.append(
+                KvLayerSpec(
+                    kind=m.kind,
+                    block_size=block,
+                    page_size_bytes=page,
+                    sliding_window_tokens=m.sliding_window_tokens,
+                )
+            )
+        elif isinstance(m, MlaSpec):
+            page = block * mla_bytes_per_token(m, s.kv_cache_dtype, kv_bytes)
+            result.append(KvLayerSpec(kind=MixerKind.MLA, block_size=block, page_size_bytes=page))
+        elif isinstance(m, LinearAttentionSpec | MambaSpec):
+            result.append(
+                KvLayerSpec(
+                    kind=m.kind,
+                    block_size=block,
+                    page_size_bytes=state_page,
+                    state_blocks_per_request=2 if s.cache_mode is CacheMode.ALIGN else 1,
+                )
+            )
+    return tuple(result)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KvGroup:
+    """Layers that share block ids: the i-th layer of every group uses the same tensor."""
+
+    spec: KvLayerSpec
+    num_layers: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KvLayout:
+    """How one GPU's layers are grouped and how big a block id is."""
+
+    groups: tuple[KvGroup, ...]
+    group_size: int  # layers per group (padding layers included)
+    page_size_bytes: int  # common page size after unification
+    _hash: int = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        # layouts key the per-request cost cache, looked up on every binary-search step
+        object.__setattr__(
+            self, "_hash", hash((self.groups, self.group_size, self.page_size_bytes))
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @property
+    def bytes_per_block(self) -> int:
+        """Memory one block id costs across all the layers that use it."""
+        return self.page_size_bytes * self.group_size
+
+    @property
+    def min_block_size(self) -> int:
+        return min(g.spec.block_size for g in self.groups)
+
+    @property
+    def num_padding_layers(self) -> int:
+        return len(self.groups) * self.group_size - sum(g.num_layers for g in self.groups)
+
+
+@lru_cache(maxsize=1024)
+def kv_layout(specs: tuple[KvLayerSpec, ...]) -> KvLayout:
+    """Group layers as vLLM's ``get_kv_cache_groups`` does.
+
+    Identical specs form one group. Otherwise pages are unified to the largest (by growing
+    the smaller specs' block size), layers are bucketed by spec, the group size is the
+    smallest bucket (or the largest, when it is under 1.5x the smallest), and each bucket is
+    cut into ``ceil(count / group_size)`` groups.
+    """
+    if not specs:
+        return KvLayout(groups=(), group_size=0, page_size_bytes=0)
+    buckets: dict[KvLayerSpec, int] = {}
+    for spec in specs:
+        buckets[spec] = buckets.get(spec, 0) + 1
+    if len(buckets) == 1:
+        ((only, count),) = buckets.items()
+        return KvLayout(
+            groups=(KvGroup(spec=only, num_layers=count),),
+            group_size=count,
+            page_size_bytes=only.page_size_bytes,
+        )
+    page = max(s.page_size_bytes for s in buckets)
+    unified: dict[KvLayerSpec, int] = {}
+    for spec, count in buckets.items():
+        if page % spec.page_size_bytes:
+            raise InvalidArgumentError(
+                f"layer page sizes {spec.page_size_bytes} and {page} bytes cannot be unified "
+                "(vLLM raises NotImplementedError for this model/flag combination)"
+            )
+        ratio = page // spec.page_size_bytes
+        grown = KvLayerSpec(
+            kind=spec.kind,
+            block_size=spec.block_size * ratio,
+            page_size_bytes=page,
+            sliding_window_tokens=spec.sliding_window_tokens,
+            state_blocks_per_request=spec.state_blocks_per_request,
+        )
+        unified[grown] = unified.get(grown, 0) + count
+    counts = list(unified.values())
+    smallest, largest = min(counts), max(counts)
+    group_size = largest if largest < 1.5 * smallest else smallest
+    groups: list[KvGroup] = []
+    for spec, count in unified.items():
+        num_groups = cdiv(count, group_size)
+        for g in range(num_groups):
+            groups.append(KvGroup(spec=spec, num_layers=min(group_size, count - g * group_size)))
+    return KvLayout(groups=tuple(groups), group_size=group_size, page_size_bytes=page)
+
+
+@lru_cache(maxsize=4096)
+def stage_layout(spec: ModelSpec, layers: range | None, s: CacheSettings) -> KvLayout:
+    """The grouped cache of one pipeline stage (all layers when ``layers`` is None)."""
+    return kv_layout(layer_specs(spec, layers, s))
+
+
+def num_blocks(layout: KvLayout, kv_cache_memory_bytes: float) -> int:
+    """Blocks the KV-cache memory holds (``avail // page // group_size``)."""
+    if not layout.groups or kv_cache_memory_bytes <= 0:
+        return 0
+    return int(kv_cache_memory_bytes // layout.page_size_bytes // layout.group_size)
+
+
+@lru_cache(maxsize=1024)
+def _group_terms(layout: KvLayout, max_num_batched_tokens: int) -> tuple[tuple[int, int, int], ...]:
+    """Each group as (block_size, token cap or 0 for none, constant blocks), in units of the
+    common page: a full-attention group needs ceil(L / block), a sliding group
+    ceil(min(cap, L) / block) + 1, a state group a constant."""
+    terms = []
+    for g in layout.groups:
+        spec = g.spec
+        ratio = layout.page_size_bytes // spec.page_size_bytes  # 1 after unification
+        if spec.is_state:
+            terms.append((0, 0, cdiv(spec.state_blocks_per_request, ratio)))
+        elif spec.sliding_window_tokens is not None:
+            terms.append(
+                (spec.block_size, spec.sliding_window_tokens - 1 + max_num_batched_tokens, 1)
+            )
+        else:
+            terms.append((spec.block_size, 0, 0))
+    return tuple(terms)
+
+
+def blocks_per_request(layout: KvLayout, context_tokens: int, max_num_batched_tokens: int) -> int:
+    """Blocks one request of ``context_tokens`` takes across all groups (as
+    ``max_memory_usage_bytes`` per group, in whole pages)."""
+    total = 0
+    for block, cap, const in _group_terms(layout, max_num_batched_tokens):
+        if block:
+            tokens = min(cap, context_tokens) if cap else context_tokens
+            total += -(tokens // -block)
+        total += const
+    return total
+
+
+def max_concurrency(
+    layout: KvLayout, blocks: int, max_model_len: int, max_num_batched_tokens: int
+) -> float:
+    """vLLM's "Maximum concurrency for N tokens per request"."""
+    need = blocks_per_request(layout, max_model_len, max_num_batched_tokens)
+    return blocks / need if need else float("inf")
+
+
+def kv_cache_tokens(layout: KvLayout, blocks: int) -> int:
+    """vLLM's "GPU KV cache size: N tokens" as v0.10-v0.3x print it:
+    ``num_blocks // num_groups * min_block_size``."""
+    if not layout.groups:
+        return 0
+    return blocks // len(layout.groups) * layout.min_block_size
+
+
+def largest_fitting_len(
+    layout: KvLayout, blocks: int, max_num_batched_tokens: int, upper: int
+) -> int:
+    """The largest context one request can have with ``blocks`` (vLLM's estimate of the
+    maximum model length). Closed form when the answer lies past every sliding window;
+    binary search otherwise."""
+    if blocks_per_request(layout, 1, max_num_batched_tokens) > blocks:
+        return 0
+    terms = _group_terms(layout, max_num_batched_tokens)
+    full = [block for block, cap, _ in terms if block and not cap]
+    if full and len(set(full)) == 1:
+        # Past every window: sliding and state groups cost a constant, full groups ceil(L / bs).
+        fixed = sum(
+            const + (-(cap // -block) if cap else 0)
+            for block, cap, const in terms
+            if not (block and not cap)
+        )
+        whole_blocks = (blocks - fixed) // len(full)
+        longest = whole_blocks * full[0]
+        if whole_blocks > 0 and longest >= max((cap for _, cap, _ in terms), default=0):
+            return min(longest, upper)
+    lo, hi = 1, upper
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if blocks_per_request(layout, mid, max_num_batched_tokens) <= blocks:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

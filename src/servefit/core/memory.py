@@ -1,0 +1,141 @@
+"""Where one GPU's memory goes under vLLM: weights, activations, runtime, KV cache, headroom.
+
+vLLM V1 sizes the KV cache from a budget (``vllm/v1/worker/gpu_worker.py``,
+``determine_available_memory``)::
+
+    requested  = total x gpu_memory_utilization
+    kv_cache   = requested - weights - activation_peak - non_torch [- cuda_graphs]
+
+``total`` is the memory CUDA reports (not what is free: other processes do not shrink the
+budget, they make startup fail). The activation peak and non-torch memory are measured by
+vLLM in a profile run; servefit estimates them (see :mod:`servefit.core.engine`). CUDA
+graphs come out of the budget from vLLM 0.21 on, and out of the headroom before that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from servefit.core import engine
+from servefit.core.model_spec import DenseMlpSpec, ModelSpec, MoeSpec
+from servefit.units import dtype_bytes
+
+
+@lru_cache(maxsize=1024)
+def activation_peak_bytes(
+    spec: ModelSpec,
+    layers: range,
+    *,
+    tp: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    is_last_stage: bool,
+) -> int:
+    """Estimated peak of vLLM's profile run on one GPU.
+
+    The larger of the sampler's working set (``SAMPLER_LOGITS_FACTOR`` x fp32 logits of
+    ``min(max_num_seqs, max_num_batched_tokens)`` requests; last pipeline stage only) and
+    the dense forward pass (gate/up output, activation and a few hidden-state copies per
+    token), plus the fused-MoE intermediate buffers (top-k copies per token).
+    """
+    tokens = max_num_batched_tokens
+    num_reqs = min(max_num_seqs, tokens)
+    act = dtype_bytes(spec.dtype)
+    h = spec.hidden_size
+    sampler = (
+        engine.SAMPLER_LOGITS_FACTOR * num_reqs * spec.vocab_size * engine.LOGIT_BYTES
+        if is_last_stage
+        else 0
+    )
+    dense_width = max(
+        (m.intermediate_size for i in layers if isinstance(m := spec.layers[i].mlp, DenseMlpSpec)),
+        default=0,
+    )
+    dense_forward = tokens * (3 * dense_width / tp + 4 * h) * act
+    moe_forward = max(
+        (
+            tokens * m.num_experts_per_token * (3 * m.expert_intermediate_size / tp + h) * act
+            for i in layers
+            if isinstance(m := spec.layers[i].mlp, MoeSpec)
+        ),
+        default=0,
+    )
+    return int(max(sampler, dense_forward) + moe_forward)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryBreakdown:
+    """One GPU's memory. ``requested`` = weights + activations + runtime-in-budget + KV."""
+
+    total_bytes: int  # what CUDA reports as the device's memory
+    gpu_memory_utilization: float
+    requested_bytes: int  # total x gpu_memory_utilization: vLLM's budget
+    weights_bytes: int
+    activation_peak_bytes: int
+    non_torch_bytes: int
+    cuda_graph_bytes: int
+    is_cuda_graph_in_budget: bool
+    kv_cache_bytes: int  # what is left for KV cache and sequence state (may be negative)
+    is_kv_cache_given: bool = False  # --kv-cache-memory-bytes bypassed the budget
+
+    @property
+    def runtime_bytes(self) -> int:
+        """Non-torch allocations plus the CUDA graph pool."""
+        return self.non_torch_bytes + self.cuda_graph_bytes
+
+    @property
+    def headroom_bytes(self) -> int:
+        """Memory vLLM leaves unused (CUDA graphs come out of it before vLLM 0.21)."""
+        used = self.weights_bytes + self.activation_peak_bytes + self.runtime_bytes
+        return self.total_bytes - used - max(self.kv_cache_bytes, 0)
+
+    @property
+    def parts_bytes(self) -> dict[str, int]:
+        """The breakdown a report draws; sums to ``total_bytes`` when the KV cache fits."""
+        return {
+            "weights": self.weights_bytes,
+            "kv_cache": max(self.kv_cache_bytes, 0),
+            "activations": self.activation_peak_bytes,
+            "runtime": self.runtime_bytes,
+            "headroom": self.headroom_bytes,
+        }
+
+
+def memory_breakdown(
+    *,
+    total_bytes: int,
+    gpu_memory_utilization: float,
+    weights_bytes: int,
+    activation_peak_bytes: int,
+    non_torch_bytes: int,
+    cuda_graph_bytes: int,
+    behaviour: engine.VllmBehaviour,
+    kv_cache_memory_bytes: int | None = None,
+) -> MemoryBreakdown:
+    """The budget arithmetic; ``kv_cache_memory_bytes`` replaces it when given (as vLLM's
+    ``--kv-cache-memory-bytes`` skips profiling)."""
+    requested = total_bytes * gpu_memory_utilization
+    in_budget = behaviour.is_cuda_graph_in_budget
+    if kv_cache_memory_bytes is not None:
+        kv = kv_cache_memory_bytes
+    else:
+        kv = int(
+            requested
+            - weights_bytes
+            - activation_peak_bytes
+            - non_torch_bytes
+            - (cuda_graph_bytes if in_budget else 0)
+        )
+    return MemoryBreakdown(
+        total_bytes=total_bytes,
+        gpu_memory_utilization=gpu_memory_utilization,
+        requested_bytes=int(requested),
+        weights_bytes=weights_bytes,
+        activation_peak_bytes=activation_peak_bytes,
+        non_torch_bytes=non_torch_bytes,
+        cuda_graph_bytes=cuda_graph_bytes,
+        is_cuda_graph_in_budget=in_budget,
+        kv_cache_bytes=kv,
+        is_kv_cache_given=kv_cache_memory_bytes is not None,
+    )

@@ -1,0 +1,46 @@
+"""The ``vllm serve`` command line that realises a plan (only flags that differ from what
+vLLM would pick anyway, plus ``--max-model-len`` which is always worth pinning)."""
+
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from servefit.core.plan import CapacityPlan, ServeSettings
+
+
+def vllm_serve_args(model_id: str, plan: CapacityPlan, asked: ServeSettings) -> list[str]:
+    """Arguments of ``vllm serve`` for this plan; ``asked`` holds what the user set."""
+    r = plan.settings
+    args = ["vllm", "serve", model_id]
+    if r.tensor_parallel_size > 1:
+        args += ["--tensor-parallel-size", str(r.tensor_parallel_size)]
+    if r.pipeline_parallel_size > 1:
+        args += ["--pipeline-parallel-size", str(r.pipeline_parallel_size)]
+    args += ["--max-model-len", str(r.max_model_len)]
+    if asked.gpu_memory_utilization is not None:
+        args += ["--gpu-memory-utilization", f"{r.gpu_memory_utilization:g}"]
+    if asked.max_num_seqs is not None:
+        args += ["--max-num-seqs", str(r.max_num_seqs)]
+    if asked.max_num_batched_tokens is not None:
+        args += ["--max-num-batched-tokens", str(r.max_num_batched_tokens)]
+    if asked.dtype != "auto":
+        args += ["--dtype", asked.dtype]
+    if asked.quantization:
+        args += ["--quantization", asked.quantization]
+    if r.kv_cache_dtype != "auto":
+        args += ["--kv-cache-dtype", r.kv_cache_dtype]
+    if asked.kv_cache_memory_bytes is not None:
+        args += ["--kv-cache-memory-bytes", str(asked.kv_cache_memory_bytes)]
+    if asked.block_size is not None:
+        args += ["--block-size", str(asked.block_size)]
+    if not r.enable_prefix_caching:
+        args += ["--no-enable-prefix-caching"]
+    if r.enforce_eager:
+        args += ["--enforce-eager"]
+    return args
+
+
+def vllm_serve_command(model_id: str, plan: CapacityPlan, asked: ServeSettings) -> str:
+    return shlex.join(vllm_serve_args(model_id, plan, asked))

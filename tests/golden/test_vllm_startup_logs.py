@@ -1,0 +1,84 @@
+"""servefit against real vLLM startup logs (tests/golden/vllm_startup_logs.json).
+
+Each case holds the flags of a real ``vllm serve`` run and the numbers vLLM printed. Two checks:
+
+* given the logged "Available KV cache memory" (as ``--kv-cache-memory-bytes``), servefit
+  reproduces "GPU KV cache size" and "Maximum concurrency" within 1 %;
+* given only the GPU and the flags, servefit predicts "Available KV cache memory" within 5 %.
+
+Pipeline-parallel logs print one worker's KV memory while the engine sizes the cache from the
+smallest worker, so for them only the prediction is checked.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from servefit.core.plan import ServeSettings, plan_capacity
+from servefit.units import GIB_BYTES
+
+CASES = json.loads((Path(__file__).parent / "vllm_startup_logs.json").read_text())["cases"]
+GIB_ROUNDING = 0.005 * GIB_BYTES  # logs print GiB with two decimals
+# Llama 4 Scout: vLLM loads 53.12 GiB per GPU at TP4 where servefit computes 50.6 GiB (the
+# vision tower and embeddings are likely replicated, not sharded); the KV-cache arithmetic
+# given the logged memory is exact. Tracked in the closing note, not hidden.
+PREDICTION_GAPS = {"meta-llama/Llama-4-Scout-17B-16E-Instruct tp4 pp1 len8192 kv-auto"}
+
+
+def _settings(case, **extra):
+    s = dict(case["settings"])
+    return ServeSettings(vllm_version=case["vllm_version"], **s, **extra)
+
+
+def _plan(case, catalog_model, gpu, **extra):
+    loaded = catalog_model(case["catalog_model"])
+    return plan_capacity(
+        loaded.spec,
+        gpu("H100-SXM"),
+        _settings(case, **extra),
+        mamba_ssm_dtype=loaded.mamba_ssm_dtype,
+    )
+
+
+def _ids(cases):
+    return [c["name"] + " " + c["source"].rsplit("/", 1)[-1][:40] for c in cases]
+
+
+SINGLE_STAGE = [c for c in CASES if c["settings"]["pipeline_parallel_size"] == 1]
+ON_H100 = [c for c in CASES if c["gpu"] and "H100" in c["gpu"] and c["name"] not in PREDICTION_GAPS]
+
+
+def test_the_goldens_cover_every_kind():
+    kinds = " ".join(str(c["kind"]) for c in SINGLE_STAGE)
+    for kind in ("dense", "MoE", "MLA", "sliding", "hybrid"):
+        assert kind.lower() in kinds.lower(), kind
+
+
+@pytest.mark.parametrize("case", SINGLE_STAGE, ids=_ids(SINGLE_STAGE))
+def test_reproduces_kv_cache_size_and_concurrency(case, catalog_model, gpu):
+    logged = case["logged"]
+    kv_bytes = round(logged["available_kv_cache_gib"] * GIB_BYTES)
+    plan = _plan(case, catalog_model, gpu, kv_cache_memory_bytes=kv_bytes)
+    tolerance = 0.01 + GIB_ROUNDING / kv_bytes
+    assert plan.kv_cache_tokens == pytest.approx(logged["gpu_kv_cache_tokens"], rel=tolerance)
+    assert plan.max_concurrency == pytest.approx(logged["max_concurrency"], rel=tolerance)
+
+
+@pytest.mark.parametrize("case", ON_H100, ids=_ids(ON_H100))
+def test_predicts_available_kv_cache_memory(case, catalog_model, gpu):
+    plan = _plan(case, catalog_model, gpu)
+    logged = case["logged"]["available_kv_cache_gib"] * GIB_BYTES
+    assert plan.memory.kv_cache_bytes == pytest.approx(logged, rel=0.05)
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c["name"] in PREDICTION_GAPS], ids=lambda c: c["name"]
+)
+def test_known_prediction_gap_is_still_a_gap(case, catalog_model, gpu):
+    """When servefit learns Llama 4's loading, this fails: move the case into ON_H100."""
+    plan = _plan(case, catalog_model, gpu)
+    logged = case["logged"]["available_kv_cache_gib"] * GIB_BYTES
+    assert plan.memory.kv_cache_bytes > logged * 1.05
