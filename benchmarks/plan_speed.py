@@ -1,0 +1,160 @@
+"""Planner speed: in-process plan latency, CLI cold start, and a 10,000-configuration sweep.
+
+Run: python benchmarks/plan_speed.py     (prints a table; exits 0 whatever the numbers)
+
+Targets (issue #2, on a 2-core machine): <= 5 ms per plan, <= 0.6 s CLI cold start,
+<= 2 s for a 10,000-configuration sweep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from servefit.adapters.catalog import gpu_catalog
+from servefit.adapters.model_source import load_model
+from servefit.core import kv_cache, memory, plan, weights
+from servefit.core.plan import ServeSettings, plan_capacity
+from servefit.errors import InvalidArgumentError
+
+MODELS = [
+    "meta-llama/Llama-3.1-8B",
+    "Qwen/Qwen3-30B-A3B",
+    "deepseek-ai/DeepSeek-V3",
+    "google/gemma-3-27b-it",
+    "Qwen/Qwen3.6-27B-FP8",
+    "nvidia/Qwen3.6-27B-NVFP4",
+]
+GPUS = ["H100-SXM", "A40", "A100-80GB-SXM", "H200-SXM", "L40S"]
+
+
+def _clear_caches() -> None:
+    for fn in (
+        weights.weight_tensors,
+        weights.count_params,
+        weights.weight_bytes,
+        kv_cache.layer_specs,
+        kv_cache.kv_layout,
+        memory.activation_peak_bytes,
+        plan.check_parallel_layout,
+        plan._per_gpu_sizes,
+    ):
+        fn.cache_clear()
+
+
+def plan_latency() -> list[tuple[str, float, float]]:
+    rows = []
+    gpu = gpu_catalog().get("H100-SXM")
+    for model_id in MODELS:
+        loaded = load_model(model_id, allow_hub=False)
+        cold = []
+        for _ in range(5):
+            _clear_caches()
+            start = time.perf_counter()
+            plan_capacity(
+                loaded.spec,
+                gpu,
+                ServeSettings(max_model_len=8192),
+                mamba_ssm_dtype=loaded.mamba_ssm_dtype,
+            )
+            cold.append(time.perf_counter() - start)
+        warm = []
+        for i in range(50):
+            start = time.perf_counter()
+            plan_capacity(
+                loaded.spec,
+                gpu,
+                ServeSettings(max_model_len=8192 + i),
+                mamba_ssm_dtype=loaded.mamba_ssm_dtype,
+            )
+            warm.append(time.perf_counter() - start)
+        rows.append((model_id, statistics.median(cold), statistics.median(warm)))
+    return rows
+
+
+def cli_cold_start() -> tuple[float, float]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    args = [sys.executable, "-m", "servefit.cli.main"]
+    samples_plan, samples_version = [], []
+    for _ in range(5):
+        start = time.perf_counter()
+        subprocess.run(
+            [
+                *args,
+                "plan",
+                "Qwen/Qwen3.6-27B-FP8",
+                "--gpu",
+                "A40",
+                "--max-model-len",
+                "32768",
+                "--json",
+            ],
+            env=env,
+            capture_output=True,
+            check=False,
+        )
+        samples_plan.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        subprocess.run([*args, "--version"], env=env, capture_output=True, check=True)
+        samples_version.append(time.perf_counter() - start)
+    return statistics.median(samples_plan), statistics.median(samples_version)
+
+
+def sweep() -> tuple[int, float]:
+    """Models x GPUs x TP x context x concurrency x KV dtype: 10,000 plans, cold caches."""
+    _clear_caches()
+    loaded = [load_model(m, allow_hub=False) for m in MODELS]
+    gpus = [gpu_catalog().get(g) for g in GPUS]
+    lengths = [2048, 4096, 8192, 16384, 32768, 40960, 65536, 131072, 262144]
+    concurrencies = [1, 8, 32, 64, 256]
+    grid = list(
+        itertools.product(loaded, gpus, (1, 2, 4, 8), lengths, concurrencies, ("auto", "fp8"))
+    )[:10_000]
+    start = time.perf_counter()
+    count = 0
+    for model, gpu, tp, length, conc, kv in grid:
+        with contextlib.suppress(InvalidArgumentError):  # a TP that does not divide the heads
+            plan_capacity(
+                model.spec,
+                gpu,
+                ServeSettings(
+                    tensor_parallel_size=tp,
+                    max_model_len=length,
+                    concurrency=conc,
+                    kv_cache_dtype=kv,
+                ),
+                mamba_ssm_dtype=model.mamba_ssm_dtype,
+                with_suggestions=False,
+            )
+        count += 1
+    return count, time.perf_counter() - start
+
+
+def main() -> None:
+    print("servefit planner speed (median of repeats)\n")
+    print(f"{'what':58s} {'measured':>12s} {'target':>10s}")
+    for model_id, cold, warm in plan_latency():
+        print(f"{'plan, first for the model: ' + model_id:58s} {cold * 1e3:9.2f} ms {'':>10s}")
+        print(
+            f"{'plan, model already seen:  ' + model_id:58s} {warm * 1e3:9.2f} ms {'<= 5 ms':>10s}"
+        )
+    plan_s, version_s = cli_cold_start()
+    print(
+        f"{'CLI cold start: servefit plan (seed example) --json':58s} {plan_s:10.3f} s "
+        f"{'<= 0.6 s':>10s}"
+    )
+    print(f"{'CLI cold start: servefit --version':58s} {version_s:10.3f} s {'':>10s}")
+    count, seconds = sweep()
+    print(
+        f"{f'sweep of {count:,} configurations (6 models x 5 GPUs x ...)':58s} "
+        f"{seconds:10.3f} s {'<= 2 s':>10s}"
+    )
+
+
+if __name__ == "__main__":
+    main()
