@@ -127,3 +127,21 @@ def test_largest_fitting_len_is_the_exact_boundary(model, blocks, mnbt, upper):
     assert blocks_per_request(layout, longest, mnbt) <= blocks
     if longest < upper:
         assert blocks_per_request(layout, longest + 1, mnbt) > blocks
+
+
+@settings(max_examples=40, deadline=None)
+@given(model=models, gpu=st.sampled_from(GPUS), a=st.integers(1, 512), b=st.integers(1, 512))
+def test_meeting_the_target_is_monotone_in_concurrency(model, gpu, a, b):
+    loaded = LOADED[model]
+    low, high = sorted((a, b))
+
+    def meets(concurrency):
+        return plan_capacity(
+            loaded.spec,
+            gpu_catalog().get(gpu),
+            ServeSettings(max_model_len=16_384, concurrency=concurrency),
+            mamba_ssm_dtype=loaded.mamba_ssm_dtype,
+            with_suggestions=False,
+        ).meets_target
+
+    assert meets(low) or not meets(high)  # if the larger target is met, so is the smaller

@@ -138,3 +138,50 @@ def test_gpus_and_models_lists():
     assert gpus.returncode == 0 and "H100-SXM" in gpus.stdout
     models = run("models")
     assert models.returncode == 0 and "Qwen/Qwen3.6-27B-FP8" in models.stdout.splitlines()
+
+
+def test_hub_id_answered_from_the_huggingface_cache(tmp_path):
+    """A Hub id outside the catalog, read through huggingface_hub's real cache (offline)."""
+    from servefit.adapters.catalog import find_catalog_model
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--someorg--tiny-qwen3"
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    config = find_catalog_model("Qwen/Qwen3-8B").config
+    (snapshot / "config.json").write_text(json.dumps(config))
+    # 8,190,735,360 bf16 parameters = 16,381,470,720 bytes in the checkpoint
+    index = {"metadata": {"total_size": 16_381_470_720}, "weight_map": {}}
+    (snapshot / "model.safetensors.index.json").write_text(json.dumps(index))
+    env = {**OFFLINE, "HF_HUB_CACHE": str(tmp_path / "hub")}
+    result = run(
+        "plan", "someorg/tiny-qwen3", "--gpu", "H100", "--max-model-len", "4096", "--json", env=env
+    )
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["model"]["source"].startswith("huggingface.co/someorg/tiny-qwen3")
+    assert doc["model"]["checkpoint_bytes"] == 16_381_470_720
+    # what servefit loads equals the checkpoint for a dense bf16 model without MTP
+    assert doc["memory"]["weights_bytes_total"] == 16_381_470_720
+
+
+def test_custom_gpu_by_flags():
+    result = run(
+        "plan",
+        "meta-llama/Llama-3.1-8B",
+        "--gpu-memory-gib",
+        "32",
+        "--gpu-bandwidth-gbps",
+        "1000",
+        "--max-model-len",
+        "8192",
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["gpu"]["memory_bytes"] == 32 * 2**30
+    assert doc["gpu"]["name"] == "custom"
+    partial = run("plan", "meta-llama/Llama-3.1-8B", "--gpu-memory-gib", "32")
+    assert partial.returncode == 2 and "--gpu-bandwidth-gbps" in partial.stderr

@@ -118,7 +118,9 @@ def _from_hub(model_id: str, revision: str | None) -> LoadedModel:
 
     hub_logging.set_verbosity_error()  # the client's retry chatter is not for our users
     # Unreachable Hub: answer from the local cache (anything fetched before) or fail fast.
-    local_only = not _hub_reachable()
+    from huggingface_hub import constants
+
+    local_only = constants.HF_HUB_OFFLINE or not _hub_reachable()
 
     def fetch(filename: str, *, required: bool) -> Any:
         try:

@@ -29,6 +29,7 @@ class ModelSection(_Doc):
     params_embedding: int
     params_vision: int
     params_mtp: int
+    checkpoint_bytes: int | None  # safetensors index total_size, when the source has one
 
 
 class GpuSection(_Doc):
@@ -101,7 +102,12 @@ class PlanDocument(_Doc):
 
 
 def plan_document(
-    plan: CapacityPlan, *, model_id: str, source: str, vllm_command: str
+    plan: CapacityPlan,
+    *,
+    model_id: str,
+    source: str,
+    vllm_command: str,
+    checkpoint_bytes: int | None = None,
 ) -> PlanDocument:
     spec, p, m, r = plan.model, plan.params, plan.memory, plan.settings
     kinds: dict[str, int] = {}
@@ -126,6 +132,7 @@ def plan_document(
             params_embedding=p.embedding,
             params_vision=p.vision,
             params_mtp=p.mtp,
+            checkpoint_bytes=checkpoint_bytes,
         ),
         gpu=GpuSection(
             name=plan.gpu.name,

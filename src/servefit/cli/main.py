@@ -163,7 +163,11 @@ def _plan(
         from servefit.adapters.plan_document import plan_document
 
         doc = plan_document(
-            result, model_id=loaded.spec.name, source=loaded.source, vllm_command=command
+            result,
+            model_id=loaded.spec.name,
+            source=loaded.source,
+            vllm_command=command,
+            checkpoint_bytes=loaded.checkpoint_bytes,
         )
         click.echo(doc.model_dump_json(indent=2))
     else:
@@ -171,7 +175,13 @@ def _plan(
 
         from servefit.cli.render import render_plan
 
-        render_plan(result, model_id=loaded.spec.name, vllm_command=command, console=Console())
+        render_plan(
+            result,
+            model_id=loaded.spec.name,
+            vllm_command=command,
+            console=Console(),
+            checkpoint_bytes=loaded.checkpoint_bytes,
+        )
     return EXIT_FITS if result.fits else EXIT_DOES_NOT_FIT
 
 

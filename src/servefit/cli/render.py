@@ -43,7 +43,14 @@ def memory_bar(plan: CapacityPlan) -> Text:
     return bar
 
 
-def render_plan(plan: CapacityPlan, *, model_id: str, vllm_command: str, console: Console) -> None:
+def render_plan(
+    plan: CapacityPlan,
+    *,
+    model_id: str,
+    vllm_command: str,
+    console: Console,
+    checkpoint_bytes: int | None = None,
+) -> None:
     spec, p, m, r = plan.model, plan.params, plan.memory, plan.settings
     gpus = f"{r.num_gpus} x {plan.gpu.name}" if r.num_gpus > 1 else plan.gpu.name
     console.print(f"[bold]{model_id}[/] on [bold]{gpus}[/] under vLLM {r.vllm_version}")
@@ -57,6 +64,11 @@ def render_plan(plan: CapacityPlan, *, model_id: str, vllm_command: str, console
         kind = layer.mixer.kind.value if layer.mixer else "mlp only"
         kinds[kind] = kinds.get(kind, 0) + 1
     console.print("  layers: " + ", ".join(f"{n} {k}" for k, n in kinds.items()))
+    if checkpoint_bytes:
+        console.print(
+            f"  weights: {_gib(plan.weights_total_bytes)} as loaded (servefit), "
+            f"{_gib(checkpoint_bytes)} in the checkpoint (safetensors index, MTP and all)"
+        )
 
     table = Table(
         title=f"Memory per GPU ({_gib(m.total_bytes)} visible to CUDA)", title_justify="left"
