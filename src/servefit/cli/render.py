@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -158,3 +160,27 @@ def render_gpus(rows: list[tuple[str, ...]], console: Console) -> None:
     for row in rows:
         table.add_row(*row)
     console.print(table)
+
+
+_MARKS = {
+    "pass": ("✓", "green"),
+    "warn": ("!", "yellow"),
+    "fail": ("✗", "red"),
+    "skip": ("-", "grey50"),
+}
+
+
+def render_checks(checks: list[Any], *, passed: bool, command: list[str], console: Console) -> None:
+    """The preflight checklist: one line per link, remedies under failures and warnings."""
+    for check in checks:
+        mark, style = _MARKS[check.status.value]
+        console.print(f"[{style}]{mark}[/] [bold]{check.name}[/]: {check.reason}", highlight=False)
+        if check.remedy and check.status.value in ("fail", "warn"):
+            console.print(f"    [dim]-> {check.remedy}[/]", highlight=False)
+    console.print()
+    if passed:
+        tail = f": running {' '.join(command)}" if command else ""
+        console.print(f"[bold green]PREFLIGHT PASSED[/]{tail}", highlight=False)
+    else:
+        tail = "; not running the command" if command else ""
+        console.print(f"[bold red]PREFLIGHT FAILED[/]{tail}", highlight=False)
