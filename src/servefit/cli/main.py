@@ -349,6 +349,205 @@ def _preflight(
     return (EXIT_FITS if result.passed else EXIT_DOES_NOT_FIT), command
 
 
+@cli.command("null-server")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8000, show_default=True)
+@click.option(
+    "--ttft-ms", type=float, default=0.0, show_default=True, help="Delay before the first token."
+)
+@click.option("--itl-ms", type=float, default=0.0, show_default=True, help="Delay between tokens.")
+@click.option(
+    "--output-len", type=int, default=16, show_default=True, help="Tokens when max_tokens is unset."
+)
+def null_server(host: str, port: int, ttft_ms: float, itl_ms: float, output_len: int) -> None:
+    """An OpenAI-compatible server with known timings: the client's own ceiling."""
+    from servefit.bench.null_server import NullServerConfig, serve
+
+    if ttft_ms < 0 or itl_ms < 0 or output_len < 1:
+        _fail(ServefitError("--ttft-ms and --itl-ms must be >= 0 and --output-len >= 1"))
+    click.echo(
+        f"servefit null-server on http://{host}:{port} (TTFT {ttft_ms} ms, ITL {itl_ms} ms)",
+        err=True,
+    )
+    serve(
+        host,
+        port,
+        NullServerConfig(ttft_s=ttft_ms / 1000, itl_s=itl_ms / 1000, output_len=output_len),
+    )
+
+
+@cli.command()
+@click.argument("url")
+@click.option(
+    "--replica", "replicas", multiple=True, help="Another base URL of the same model (repeatable)."
+)
+@click.option(
+    "--session-affinity", is_flag=True, help="Send an agent session's turns to one replica."
+)
+@click.option("--model", "model_name", help="Model name to request [the first of /v1/models].")
+@click.option(
+    "--endpoint",
+    type=click.Choice(["completions", "chat"]),
+    default="completions",
+    show_default=True,
+)
+@click.option(
+    "--api-key-env",
+    default="OPENAI_API_KEY",
+    show_default=True,
+    help="Environment variable holding the API key (the key itself is never written).",
+)
+@click.option(
+    "--workload",
+    type=click.Choice(["random", "chat", "summarize", "shared-prefix", "agent", "jsonl"]),
+    default="random",
+    show_default=True,
+)
+@click.option(
+    "--input-len", type=int, default=256, show_default=True, help="Prompt tokens (mean for chat)."
+)
+@click.option(
+    "--output-len", type=int, default=128, show_default=True, help="Output tokens (mean for chat)."
+)
+@click.option(
+    "--num-requests", type=int, default=100, show_default=True, help="Requests (agent: sessions)."
+)
+@click.option(
+    "--concurrency", type=int, help="Closed loop: requests in flight (with a rate: the cap)."
+)
+@click.option("--request-rate", type=float, help="Open loop: mean arrivals per second.")
+@click.option(
+    "--burstiness", type=float, default=1.0, show_default=True, help="Gamma shape; 1 = Poisson."
+)
+@click.option("--prefix-len", type=int, default=0, help="shared-prefix: tokens shared in a group.")
+@click.option("--num-groups", type=int, default=1, help="shared-prefix: number of groups.")
+@click.option("--turns", type=int, default=4, show_default=True, help="agent: turns per session.")
+@click.option(
+    "--system-prompt-len",
+    type=int,
+    default=512,
+    show_default=True,
+    help="agent: system prompt tokens.",
+)
+@click.option(
+    "--message-len", type=int, default=64, show_default=True, help="agent: tokens per new message."
+)
+@click.option("--think-time-s", type=float, default=0.0, help="agent: pause between turns.")
+@click.option("--dataset", help="jsonl: prompts or conversations, one JSON object per line.")
+@click.option(
+    "--ignore-eos/--no-ignore-eos",
+    default=True,
+    show_default=True,
+    help="Ask for exactly --output-len tokens (vLLM/SGLang extension).",
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--warmup", type=int, default=0, help="Warm-up requests, excluded from the metrics.")
+@click.option("--duration-s", type=float, help="Stop sending after this long.")
+@click.option(
+    "--timeout-s", type=float, default=600.0, show_default=True, help="Per-request read timeout."
+)
+@click.option("--slo-ttft-s", type=float, help="Goodput: TTFT limit.")
+@click.option("--slo-tpot-s", type=float, help="Goodput: TPOT limit.")
+@click.option("--slo-e2e-s", type=float, help="Goodput: end-to-end limit.")
+@click.option(
+    "--output",
+    "output_dir",
+    type=click.Path(file_okay=False),
+    help="Write requests.jsonl and summary.json here.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary document.")
+def bench(
+    url: str,
+    replicas: tuple[str, ...],
+    session_affinity: bool,
+    model_name: str | None,
+    endpoint: str,
+    api_key_env: str,
+    workload: str,
+    input_len: int,
+    output_len: int,
+    num_requests: int,
+    concurrency: int | None,
+    request_rate: float | None,
+    burstiness: float,
+    prefix_len: int,
+    num_groups: int,
+    turns: int,
+    system_prompt_len: int,
+    message_len: int,
+    think_time_s: float,
+    dataset: str | None,
+    ignore_eos: bool,
+    seed: int,
+    warmup: int,
+    duration_s: float | None,
+    timeout_s: float,
+    slo_ttft_s: float | None,
+    slo_tpot_s: float | None,
+    slo_e2e_s: float | None,
+    output_dir: str | None,
+    as_json: bool,
+) -> None:
+    """Measure an OpenAI-compatible server: TTFT, TPOT, ITL, throughput, goodput, cached tokens."""
+    import os
+    from pathlib import Path
+
+    from servefit.bench.metrics import Slo
+    from servefit.bench.runner import BenchConfig, run
+    from servefit.bench.schedules import Schedule
+    from servefit.bench.workloads import WorkloadConfig
+
+    try:
+        for name, value in (("--warmup", warmup), ("--timeout-s", timeout_s)):
+            if value < 0:
+                raise ServefitError(f"{name} must not be negative")
+        cfg = BenchConfig(
+            base_urls=(url, *replicas),
+            workload=WorkloadConfig(
+                kind=workload,
+                num_requests=num_requests,
+                input_len=input_len,
+                output_len=output_len,
+                endpoint="chat" if workload == "agent" else endpoint,
+                ignore_eos=ignore_eos,
+                seed=seed,
+                prefix_len=prefix_len,
+                num_groups=num_groups,
+                turns=turns,
+                system_prompt_len=system_prompt_len,
+                message_len=message_len,
+                think_time_s=think_time_s,
+                path=dataset,
+            ),
+            schedule=Schedule(
+                concurrency=concurrency, rate_per_s=request_rate, burstiness=burstiness, seed=seed
+            ),
+            model=model_name,
+            api_key_env=api_key_env,
+            timeout_s=timeout_s,
+            warmup_requests=warmup,
+            duration_s=duration_s,
+            slo=Slo(ttft_s=slo_ttft_s, tpot_s=slo_tpot_s, e2e_s=slo_e2e_s)
+            if any(v is not None for v in (slo_ttft_s, slo_tpot_s, slo_e2e_s))
+            else None,
+            session_affinity=session_affinity,
+        )
+    except ServefitError as error:
+        _fail(error)
+    result = run(
+        cfg, api_key=os.environ.get(api_key_env), out_dir=Path(output_dir) if output_dir else None
+    )
+    if as_json:
+        click.echo(result.model_dump_json(indent=2))
+    else:
+        from rich.console import Console
+
+        from servefit.cli.render import render_bench
+
+        render_bench(result, Console())
+    sys.exit(0 if result.summary.successful and not result.interrupted else 1)
+
+
 @cli.command()
 def gpus() -> None:
     """List the hardware catalog."""

@@ -184,3 +184,56 @@ def render_checks(checks: list[Any], *, passed: bool, command: list[str], consol
     else:
         tail = "; not running the command" if command else ""
         console.print(f"[bold red]PREFLIGHT FAILED[/]{tail}", highlight=False)
+
+
+def render_bench(result: Any, console: Console) -> None:
+    """The console table of a benchmark run."""
+    s = result.summary
+    console.print(
+        f"[bold]{result.server.get('model', '?')}[/] at {', '.join(result.server['base_urls'])}: "
+        f"{s.successful} ok, {s.errored} errored, {s.incomplete} incomplete in {s.duration_s:.2f} s"
+    )
+    table = Table(title_justify="left")
+    for col in ("metric", "aggregation", "mean", "p50", "p90", "p99"):
+        table.add_column(col, justify="right" if col not in ("metric", "aggregation") else "left")
+
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value * 1000:,.1f} ms"
+
+    for label, d in (
+        ("TTFT", s.ttft_s),
+        ("TPOT (excl. 1st token)", s.tpot_s),
+        ("ITL (chunk gaps)", s.itl_s),
+        ("E2E", s.e2e_s),
+        ("client lag", s.client_lag_s),
+    ):
+        table.add_row(label, d.aggregation, ms(d.mean), ms(d.p50), ms(d.p90), ms(d.p99))
+    d = s.decode_tok_per_s
+    table.add_row(
+        "decode rate",
+        d.aggregation,
+        *(f"{v:,.1f} tok/s" if v is not None else "-" for v in (d.mean, d.p50, d.p90, d.p99)),
+    )
+    console.print(table)
+    console.print(
+        f"requests {s.request_throughput_per_s:,.2f}/s | "
+        f"output {s.output_throughput_tok_per_s:,.1f} tok/s | "
+        f"total {s.total_token_throughput_tok_per_s:,.1f} tok/s | achieved concurrency "
+        f"{s.achieved_concurrency:.1f} | tokens from {s.token_count_source}"
+    )
+    if s.goodput_per_s is not None:
+        console.print(f"goodput {s.goodput_per_s:,.2f} requests/s meeting the SLOs")
+    if s.cached_tokens_total is not None:
+        console.print(
+            f"cached prompt tokens: {s.cached_tokens_total:,} of {s.prompt_tokens_total:,}"
+        )
+    for t in result.turns:
+        console.print(
+            f"  turn {t.turn}: {t.requests} requests, prompt {t.prompt_tokens_mean or 0:,.0f} tok, "
+            f"cached {t.cached_tokens_mean if t.cached_tokens_mean is not None else '-'}, "
+            f"TTFT {ms(t.ttft_s_mean)}"
+        )
+    for name, count in s.errors.items():
+        console.print(f"  [red]{count} x {name}[/]")
+    for line in result.warnings:
+        console.print(f"[yellow]! {line}[/]")

@@ -1,0 +1,182 @@
+"""``servefit null-server``: an OpenAI-compatible server that answers instantly or with a
+configured TTFT and inter-token delay, to measure the client's own ceiling and to test the
+benchmark's metric formulas against known timings.
+
+Tokens are whitespace-separated words: ``/tokenize`` and ``usage.prompt_tokens`` count them.
+Fault injection for tests: a prompt containing ``__HTTP_429__``, ``__HTTP_500__``,
+``__DISCONNECT__`` (cut the stream after a few tokens), ``__MALFORMED__`` (a non-JSON
+``data:`` line) or ``__HANG__`` (stop sending without closing) triggers that fault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+MODEL_ID = "servefit-null"
+HANG_S = 30.0  # __HANG__: stop sending (long enough for any client timeout in tests)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NullServerConfig:
+    ttft_s: float = 0.0
+    itl_s: float = 0.0
+    output_len: int = 16  # used when the request sets no max_tokens
+    honor_max_tokens: bool = True
+
+
+def _prompt_text(body: dict[str, Any]) -> str:
+    if "messages" in body:
+        return " ".join(str(m.get("content", "")) for m in body["messages"])
+    prompt = body.get("prompt", "")
+    return " ".join(prompt) if isinstance(prompt, list) else str(prompt)
+
+
+class NullServer:
+    def __init__(self, config: NullServerConfig) -> None:
+        self.config = config
+        self.requests_total = 0
+        self.tokens_total = 0
+        self.app = web.Application()
+        self.app.add_routes(
+            [
+                web.get("/v1/models", self.models),
+                web.post("/v1/completions", self.completions),
+                web.post("/v1/chat/completions", self.chat),
+                web.post("/tokenize", self.tokenize),
+                web.get("/metrics", self.metrics),
+                web.get("/health", self.health),
+            ]
+        )
+
+    async def health(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def models(self, _: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": MODEL_ID, "object": "model"}]})
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        words = _prompt_text(body).split()
+        return web.json_response(
+            {"count": len(words), "tokens": list(range(len(words))), "max_model_len": 1 << 20}
+        )
+
+    async def metrics(self, _: web.Request) -> web.Response:
+        lines = [
+            "# TYPE vllm:prompt_tokens_total counter",
+            f'vllm:generation_tokens_total{{model_name="{MODEL_ID}"}} {self.tokens_total}',
+            f'vllm:request_success_total{{model_name="{MODEL_ID}"}} {self.requests_total}',
+        ]
+        return web.Response(text="\n".join(lines) + "\n")
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._answer(request, chat=False)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._answer(request, chat=True)
+
+    async def _answer(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            return web.json_response({"error": {"message": "body is not JSON"}}, status=400)
+        prompt = _prompt_text(body)
+        if "__HTTP_429__" in prompt:
+            return web.json_response({"error": {"message": "rate limited"}}, status=429)
+        if "__HTTP_500__" in prompt:
+            return web.json_response({"error": {"message": "internal error"}}, status=500)
+        n = (
+            int(body.get("max_tokens") or self.config.output_len)
+            if self.config.honor_max_tokens
+            else self.config.output_len
+        )
+        prompt_tokens = len(prompt.split())
+        self.requests_total += 1
+        if not body.get("stream"):
+            await asyncio.sleep(self.config.ttft_s + self.config.itl_s * max(n - 1, 0))
+            self.tokens_total += n
+            text = " tok" * n
+            choice = {"index": 0, "finish_reason": "length"}
+            choice.update(
+                {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
+            )
+            return web.json_response(
+                {
+                    "id": "null",
+                    "object": "chat.completion" if chat else "text_completion",
+                    "model": MODEL_ID,
+                    "choices": [choice],
+                    "usage": {
+                        "prompt_tokens": prompt_tokens,
+                        "completion_tokens": n,
+                        "total_tokens": prompt_tokens + n,
+                    },
+                }
+            )
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        created = int(time.time())
+        kind = "chat.completion.chunk" if chat else "text_completion"
+
+        async def send(payload: dict[str, Any] | str) -> None:
+            data = payload if isinstance(payload, str) else json.dumps(payload)
+            await response.write(f"data: {data}\n\n".encode())
+
+        def chunk(text: str, finish: str | None) -> dict[str, Any]:
+            choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
+            choice.update({"delta": {"content": text}} if chat else {"text": text})
+            return {
+                "id": "null",
+                "object": kind,
+                "created": created,
+                "model": MODEL_ID,
+                "choices": [choice],
+            }
+
+        if self.config.ttft_s:
+            await asyncio.sleep(self.config.ttft_s)
+        for i in range(n):
+            if i and self.config.itl_s:
+                await asyncio.sleep(self.config.itl_s)
+            if "__DISCONNECT__" in prompt and i == min(3, n - 1):
+                request.transport.close()  # type: ignore[union-attr]
+                return response
+            if "__MALFORMED__" in prompt and i == min(2, n - 1):
+                await send("{this is not json")
+                continue
+            if "__HANG__" in prompt and i == min(2, n - 1):
+                await asyncio.sleep(HANG_S)
+            await send(chunk(" tok", "length" if i == n - 1 else None))
+        self.tokens_total += n
+        options = body.get("stream_options") or {}
+        if options.get("include_usage"):
+            await send(
+                {
+                    "id": "null",
+                    "object": kind,
+                    "created": created,
+                    "model": MODEL_ID,
+                    "choices": [],
+                    "usage": {
+                        "prompt_tokens": prompt_tokens,
+                        "completion_tokens": n,
+                        "total_tokens": prompt_tokens + n,
+                    },
+                }
+            )
+        await send("[DONE]")
+        await response.write_eof()
+        return response
+
+
+def serve(host: str, port: int, config: NullServerConfig) -> None:
+    """Run until interrupted."""
+    web.run_app(NullServer(config).app, host=host, port=port, print=None, access_log=None)

@@ -1,0 +1,297 @@
+"""Join when x what x how, and lose nothing.
+
+Every finished request is appended to ``requests.jsonl`` (and flushed) the moment it ends;
+``summary.json`` embeds the full configuration, the servefit version and the server's
+identity. Ctrl-C, a dead server, timeouts and HTTP errors all end in a valid summary with
+successful / errored / incomplete counted apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from pydantic import BaseModel, ConfigDict
+
+from servefit import __version__
+from servefit.bench import server_metrics
+from servefit.bench.client import Clock, OpenAIClient, Request
+from servefit.bench.metrics import Slo, Summary, distribution, summarize
+from servefit.bench.records import Outcome, RequestRecord
+from servefit.bench.schedules import Schedule
+from servefit.bench.workloads import WorkloadConfig, build_requests, build_sessions
+
+SUMMARY_SCHEMA_VERSION = 1
+
+
+class TurnStats(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    turn: int
+    requests: int
+    prompt_tokens_mean: float | None
+    cached_tokens_mean: float | None
+    ttft_s_mean: float | None
+    ttft_s_p50: float | None
+
+
+class BenchResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int
+    servefit_version: str
+    config: dict[str, Any]
+    server: dict[str, Any]
+    interrupted: bool
+    summary: Summary
+    turns: list[TurnStats]
+    server_metrics: dict[str, float]
+    warnings: list[str]
+
+
+@dataclass(slots=True)
+class ResultWriter:
+    """Appends each record to requests.jsonl as it completes (nothing held back)."""
+
+    directory: Path | None
+    records: list[RequestRecord] = field(default_factory=list)
+    _file: Any = None
+
+    def __post_init__(self) -> None:
+        if self.directory is not None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._file = (self.directory / "requests.jsonl").open("a", encoding="utf-8")
+
+    def __call__(self, record: RequestRecord) -> None:
+        self.records.append(record)
+        if self._file is not None:
+            self._file.write(record.model_dump_json() + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BenchConfig:
+    base_urls: tuple[str, ...]
+    workload: WorkloadConfig
+    schedule: Schedule
+    model: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_s: float = 600.0
+    warmup_requests: int = 0
+    duration_s: float | None = None
+    slo: Slo | None = None
+    session_affinity: bool = False
+
+
+async def _scrape(client: OpenAIClient) -> dict[str, float]:
+    try:
+        async with client.session.get(f"{client.base_urls[0]}/metrics") as resp:
+            if resp.status != 200:
+                return {}
+            return server_metrics.normalise(server_metrics.parse_prometheus(await resp.text()))
+    except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
+        return {}
+
+
+async def _run_flat(
+    client: OpenAIClient,
+    requests: list[Request],
+    schedule: Schedule,
+    clock: Clock,
+    sink: Callable[[RequestRecord], None],
+    deadline_s: float | None,
+) -> None:
+    if not schedule.is_open_loop:
+        pending = iter(requests)
+
+        async def worker() -> None:
+            for request in pending:
+                if deadline_s is not None and clock() >= deadline_s:
+                    return
+                await client.send(request, scheduled_s=clock(), clock=clock, on_done=sink)
+
+        await asyncio.gather(*(worker() for _ in range(schedule.concurrency or 1)))
+        return
+    cap = asyncio.Semaphore(schedule.concurrency) if schedule.concurrency else None
+    start = clock()
+    tasks = []
+
+    async def one(request: Request, scheduled: float) -> None:
+        if cap is None:
+            await client.send(request, scheduled_s=scheduled, clock=clock, on_done=sink)
+            return
+        async with cap:  # waiting here shows up as client lag (scheduled vs sent)
+            await client.send(request, scheduled_s=scheduled, clock=clock, on_done=sink)
+
+    try:
+        for request, offset in zip(
+            requests, schedule.arrival_offsets_s(len(requests)), strict=True
+        ):
+            due = start + offset
+            if deadline_s is not None and due >= deadline_s:
+                break
+            delay = due - clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(request, due)))
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _run_agents(
+    client: OpenAIClient,
+    cfg: BenchConfig,
+    clock: Clock,
+    sink: Callable[[RequestRecord], None],
+) -> None:
+    num_sessions = cfg.workload.num_requests
+    sessions = await build_sessions(cfg.workload, client.tokenize_count, num_sessions)
+    ids = itertools.count()
+    cap = asyncio.Semaphore(cfg.schedule.concurrency or num_sessions)
+
+    async def run_session(session: Any) -> None:
+        async with cap:
+            for turn in range(cfg.workload.turns):
+                parts: list[str] = []
+                record = await client.send(
+                    session.request(turn, next(ids)),
+                    scheduled_s=clock(),
+                    clock=clock,
+                    on_text=parts.append,
+                    on_done=sink,
+                )
+                if record.outcome is not Outcome.OK:
+                    return  # a broken conversation cannot go on
+                session.answer("".join(parts))
+                if cfg.workload.think_time_s:
+                    await asyncio.sleep(cfg.workload.think_time_s)
+
+    await asyncio.gather(*(run_session(s) for s in sessions))
+
+
+def turn_stats(records: list[RequestRecord]) -> list[TurnStats]:
+    """Per-turn TTFT and cached tokens of agent sessions: the prefix-cache headline."""
+    by_turn: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        if r.turn is not None and r.outcome is Outcome.OK and not r.is_warmup:
+            by_turn.setdefault(r.turn, []).append(r)
+    out = []
+    for turn, rs in sorted(by_turn.items()):
+        ttfts = [
+            r.first_token_s - r.sent_s
+            for r in rs
+            if r.first_token_s is not None and r.sent_s is not None
+        ]
+        prompts = [r.prompt_tokens for r in rs if r.prompt_tokens is not None]
+        cached = [r.cached_tokens for r in rs if r.cached_tokens is not None]
+        d = distribution(ttfts, "per_request")
+        out.append(
+            TurnStats(
+                turn=turn,
+                requests=len(rs),
+                prompt_tokens_mean=sum(prompts) / len(prompts) if prompts else None,
+                cached_tokens_mean=sum(cached) / len(cached) if cached else None,
+                ttft_s_mean=d.mean,
+                ttft_s_p50=d.p50,
+            )
+        )
+    return out
+
+
+async def run_bench(cfg: BenchConfig, *, api_key: str | None, out_dir: Path | None) -> BenchResult:
+    """Run one benchmark; always returns a result, also when interrupted."""
+    writer = ResultWriter(out_dir)
+    clock = Clock()
+    interrupted = False
+    warnings: list[str] = []
+    server: dict[str, Any] = {"base_urls": list(cfg.base_urls)}
+    before: dict[str, float] = {}
+    after: dict[str, float] = {}
+    client = OpenAIClient(
+        list(cfg.base_urls),
+        model=cfg.model,
+        api_key=api_key,
+        timeout_s=cfg.timeout_s,
+        session_affinity=cfg.session_affinity,
+    )
+    try:
+        async with client:
+            if client.model is None:
+                client.model = await client.discover_model()
+            server["model"] = client.model
+            before = await _scrape(client)
+            if cfg.workload.kind == "agent":
+                await _run_agents(client, cfg, clock, writer)
+            else:
+                requests = await build_requests(cfg.workload, client.tokenize_count)
+                warm = [
+                    Request(**{**_fields(r), "request_id": -1 - i, "is_warmup": True})
+                    for i, r in enumerate(requests[: cfg.warmup_requests])
+                ]
+                if warm:
+                    await _run_flat(
+                        client, warm, Schedule(concurrency=min(len(warm), 8)), clock, writer, None
+                    )
+                deadline = clock() + cfg.duration_s if cfg.duration_s else None
+                await _run_flat(client, requests, cfg.schedule, clock, writer, deadline)
+            after = await _scrape(client)
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        interrupted = True
+    except aiohttp.ClientError as exc:
+        warnings.append(f"server unreachable: {type(exc).__name__}: {exc}")
+    except (ValueError, KeyError) as exc:
+        warnings.append(f"server answered unexpectedly: {exc}")
+    finally:
+        writer.close()
+    if interrupted:
+        warnings.append("interrupted: requests in flight were recorded as incomplete")
+    summary = summarize(writer.records, cfg.slo)
+    result = BenchResult(
+        schema_version=SUMMARY_SCHEMA_VERSION,
+        servefit_version=__version__,
+        config=_config_dict(cfg),
+        server=server,
+        interrupted=interrupted,
+        summary=summary,
+        turns=turn_stats(writer.records),
+        server_metrics=server_metrics.deltas(before, after) if before and after else {},
+        warnings=warnings,
+    )
+    if out_dir is not None:
+        (out_dir / "summary.json").write_text(result.model_dump_json(indent=2), encoding="utf-8")
+    return result
+
+
+def _fields(request: Request) -> dict[str, Any]:
+    return {name: getattr(request, name) for name in Request.__dataclass_fields__}
+
+
+def _config_dict(cfg: BenchConfig) -> dict[str, Any]:
+    out = asdict(cfg)
+    out["slo"] = cfg.slo.model_dump() if cfg.slo else None
+    return json.loads(json.dumps(out, default=str))
+
+
+def run(cfg: BenchConfig, *, api_key: str | None, out_dir: Path | None) -> BenchResult:
+    """Synchronous entry point (uvloop when available)."""
+    loop_factory = None
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(run_bench(cfg, api_key=api_key, out_dir=out_dir))

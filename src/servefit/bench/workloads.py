@@ -1,0 +1,392 @@
+"""What to send: prompts and output lengths, seeded and reproducible.
+
+- ``random``: prompts of an exact number of input tokens (counted with the server's
+  ``/tokenize`` when it has one; otherwise the real count comes from usage), fixed output
+  length with ``ignore_eos``;
+- ``chat`` / ``summarize``: presets of length distributions (chat-like lognormal lengths;
+  long inputs and short outputs);
+- ``shared-prefix``: groups of requests sharing a prefix of ``prefix_len`` tokens;
+- ``agent``: sessions of ``turns`` turns, each prompt = system prompt + the whole history
+  (the model's real answers included) + a new message;
+- ``jsonl``: prompts (``{"prompt": ...}``) or conversations (``{"messages": [...]}``) from a file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from servefit.bench.client import Request
+from servefit.errors import InvalidArgumentError
+
+# Short, common words: most are one token in BPE vocabularies, so lengths land close to the
+# target even before /tokenize refines them.
+WORDS = [
+    "time",
+    "person",
+    "year",
+    "way",
+    "day",
+    "thing",
+    "man",
+    "world",
+    "life",
+    "hand",
+    "part",
+    "child",
+    "eye",
+    "woman",
+    "place",
+    "work",
+    "week",
+    "case",
+    "point",
+    "number",
+    "group",
+    "problem",
+    "fact",
+    "be",
+    "have",
+    "do",
+    "say",
+    "get",
+    "make",
+    "go",
+    "know",
+    "take",
+    "see",
+    "come",
+    "think",
+    "look",
+    "want",
+    "give",
+    "use",
+    "find",
+    "tell",
+    "ask",
+    "seem",
+    "feel",
+    "try",
+    "leave",
+    "call",
+    "good",
+    "new",
+    "first",
+    "last",
+    "long",
+    "great",
+    "little",
+    "own",
+    "other",
+    "old",
+    "right",
+    "big",
+    "high",
+    "different",
+    "small",
+    "large",
+    "next",
+    "early",
+    "young",
+    "important",
+    "few",
+    "public",
+    "bad",
+    "same",
+    "able",
+    "to",
+    "of",
+    "in",
+    "for",
+    "on",
+    "with",
+    "at",
+    "by",
+    "from",
+    "up",
+    "about",
+    "into",
+    "over",
+    "after",
+    "under",
+    "red",
+    "blue",
+    "green",
+    "light",
+    "dark",
+    "river",
+    "stone",
+    "tree",
+    "field",
+    "cloud",
+    "rain",
+    "wind",
+    "snow",
+    "road",
+    "city",
+    "town",
+    "house",
+    "door",
+    "window",
+    "table",
+    "chair",
+    "book",
+    "paper",
+    "letter",
+    "word",
+    "story",
+    "song",
+    "music",
+    "sound",
+    "voice",
+    "water",
+    "fire",
+    "earth",
+    "air",
+    "metal",
+    "glass",
+    "wood",
+    "gold",
+    "silver",
+    "iron",
+    "bread",
+    "milk",
+    "fruit",
+    "apple",
+    "salt",
+    "sugar",
+    "tea",
+    "coffee",
+    "garden",
+]
+
+Tokenizer = Callable[[str], Awaitable[int | None]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadConfig:
+    kind: str = "random"  # random, chat, summarize, shared-prefix, agent, jsonl
+    num_requests: int = 100
+    input_len: int = 256
+    output_len: int = 128
+    endpoint: str = "completions"  # completions or chat
+    ignore_eos: bool = True
+    seed: int = 0
+    prefix_len: int = 0  # shared-prefix: tokens shared within a group
+    num_groups: int = 1
+    turns: int = 4  # agent: turns per session
+    system_prompt_len: int = 512  # agent: tokens of the shared system prompt
+    message_len: int = 64  # agent: tokens of each new user message
+    think_time_s: float = 0.0
+    path: str | None = None  # jsonl
+
+    def __post_init__(self) -> None:
+        for name in ("num_requests", "input_len", "output_len", "turns", "num_groups"):
+            if getattr(self, name) < 1:
+                raise InvalidArgumentError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.kind not in KINDS:
+            raise InvalidArgumentError(
+                f"--workload must be one of {', '.join(KINDS)}, got {self.kind!r}"
+            )
+        if self.endpoint not in ("completions", "chat"):
+            raise InvalidArgumentError("--endpoint must be completions or chat")
+        if self.kind == "jsonl" and not self.path:
+            raise InvalidArgumentError("--workload jsonl needs --dataset FILE")
+        if self.prefix_len >= self.input_len and self.kind == "shared-prefix":
+            raise InvalidArgumentError("--prefix-len must be smaller than --input-len")
+
+
+KINDS = ("random", "chat", "summarize", "shared-prefix", "agent", "jsonl")
+
+
+def random_words(rng: random.Random, count: int) -> str:
+    return " ".join(rng.choices(WORDS, k=max(count, 1)))
+
+
+async def exact_prompt(
+    rng: random.Random, tokens: int, count: Tokenizer | None
+) -> tuple[str, int | None]:
+    """A prompt of ``tokens`` tokens (exact when the server can count; else ~1 token/word)."""
+    words = rng.choices(WORDS, k=tokens)
+    if count is None:
+        return " ".join(words), None
+    measured = await count(" ".join(words))
+    if measured is None:
+        return " ".join(words), None
+    for _ in range(8):  # a few refinements: remove or add words until the count matches
+        if measured == tokens:
+            break
+        if measured > tokens:
+            del words[max(1, len(words) - (measured - tokens)) :]
+        else:
+            words += rng.choices(WORDS, k=tokens - measured)
+        counted = await count(" ".join(words))
+        if counted is None:
+            break
+        measured = counted
+    return " ".join(words), measured
+
+
+def _lognormal_length(
+    rng: random.Random, mean: float, sigma: float = 0.8, cap: int = 32_768
+) -> int:
+    mu = math.log(mean) - sigma**2 / 2
+    return max(1, min(cap, int(rng.lognormvariate(mu, sigma))))
+
+
+async def build_requests(cfg: WorkloadConfig, count: Tokenizer | None) -> list[Request]:
+    """Every request of a flat workload (not agent sessions), in order."""
+    rng = random.Random(cfg.seed)
+    if cfg.kind == "jsonl":
+        return _from_jsonl(cfg)
+    prefixes = []
+    if cfg.kind == "shared-prefix":
+        for _ in range(cfg.num_groups):
+            prefixes.append((await exact_prompt(rng, cfg.prefix_len, count))[0])
+    requests = []
+    for i in range(cfg.num_requests):
+        if cfg.kind == "chat":
+            input_len, output_len = (
+                _lognormal_length(rng, cfg.input_len),
+                _lognormal_length(rng, cfg.output_len),
+            )
+        elif cfg.kind == "summarize":
+            input_len, output_len = cfg.input_len, cfg.output_len
+        else:
+            input_len, output_len = cfg.input_len, cfg.output_len
+        if prefixes:
+            suffix, _ = await exact_prompt(rng, input_len - cfg.prefix_len, None)
+            text, planned = prefixes[i % len(prefixes)] + " " + suffix, input_len
+        else:
+            text, planned = await exact_prompt(rng, input_len, count)
+        requests.append(_request(cfg, i, text, output_len, planned))
+    return requests
+
+
+def _request(
+    cfg: WorkloadConfig, i: int, text: str, output_len: int, planned: int | None
+) -> Request:
+    if cfg.endpoint == "chat":
+        return Request(
+            request_id=i,
+            endpoint="chat",
+            messages=[{"role": "user", "content": text}],
+            max_tokens=output_len,
+            ignore_eos=cfg.ignore_eos,
+            prompt_tokens_planned=planned,
+        )
+    return Request(
+        request_id=i,
+        endpoint="completions",
+        prompt=text,
+        max_tokens=output_len,
+        ignore_eos=cfg.ignore_eos,
+        prompt_tokens_planned=planned,
+    )
+
+
+def _from_jsonl(cfg: WorkloadConfig) -> list[Request]:
+    path = Path(cfg.path or "")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise InvalidArgumentError(f"--dataset {path}: cannot be read ({exc.strerror})") from None
+    requests = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError:
+            raise InvalidArgumentError(f"--dataset {path}, line {number}: not JSON") from None
+        max_tokens = int(item.get("max_tokens", cfg.output_len))
+        i = len(requests)
+        if "messages" in item:
+            requests.append(
+                Request(
+                    request_id=i,
+                    endpoint="chat",
+                    messages=item["messages"],
+                    max_tokens=max_tokens,
+                    ignore_eos=cfg.ignore_eos,
+                )
+            )
+        elif "prompt" in item:
+            requests.append(
+                Request(
+                    request_id=i,
+                    endpoint=cfg.endpoint,
+                    prompt=str(item["prompt"]),
+                    messages=[{"role": "user", "content": str(item["prompt"])}]
+                    if cfg.endpoint == "chat"
+                    else None,
+                    max_tokens=max_tokens,
+                    ignore_eos=cfg.ignore_eos,
+                )
+            )
+        else:
+            raise InvalidArgumentError(
+                f"--dataset {path}, line {number}: needs 'prompt' or 'messages'"
+            )
+        if len(requests) >= cfg.num_requests:
+            break
+    if not requests:
+        raise InvalidArgumentError(f"--dataset {path} holds no request")
+    return requests
+
+
+@dataclass(slots=True)
+class AgentSession:
+    """One agent: its prompt is the system prompt plus the whole history, every turn."""
+
+    session_id: int
+    system_prompt: str
+    messages_text: list[str]  # the new user message of each turn, prepared up front
+    output_len: int
+    ignore_eos: bool
+    history: list[dict[str, str]]
+
+    def request(self, turn: int, request_id: int) -> Request:
+        self.history.append({"role": "user", "content": self.messages_text[turn]})
+        messages = [{"role": "system", "content": self.system_prompt}, *self.history]
+        return Request(
+            request_id=request_id,
+            endpoint="chat",
+            messages=list(messages),
+            max_tokens=self.output_len,
+            ignore_eos=self.ignore_eos,
+            session_id=self.session_id,
+            turn=turn,
+        )
+
+    def answer(self, text: str) -> None:
+        self.history.append({"role": "assistant", "content": text})
+
+
+async def build_sessions(
+    cfg: WorkloadConfig, count: Tokenizer | None, num_sessions: int
+) -> list[AgentSession]:
+    rng = random.Random(cfg.seed)
+    system, _ = await exact_prompt(rng, cfg.system_prompt_len, count)
+    sessions = []
+    for s in range(num_sessions):
+        # a per-session tag keeps sessions from sharing more than the system prompt
+        messages = [
+            f"[session {s} turn {t}] " + random_words(rng, cfg.message_len)
+            for t in range(cfg.turns)
+        ]
+        sessions.append(
+            AgentSession(
+                session_id=s,
+                system_prompt=system,
+                messages_text=messages,
+                output_len=cfg.output_len,
+                ignore_eos=cfg.ignore_eos,
+                history=[],
+            )
+        )
+    return sessions

@@ -1,0 +1,325 @@
+"""servefit bench against a real (null) OpenAI-compatible server: counts, timings, faults,
+interruptions. Nothing is lost: every request is a JSONL line and the summary is valid."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from servefit.bench.metrics import Slo
+from servefit.bench.runner import BenchConfig, run
+from servefit.bench.schedules import Schedule
+from servefit.bench.workloads import WorkloadConfig
+
+from .conftest import free_port
+
+SERVEFIT = [sys.executable, "-m", "servefit.cli.main"]
+
+
+def bench(url, tmp_path, workload=None, schedule=None, **kw):
+    cfg = BenchConfig(
+        base_urls=(url,),
+        workload=workload or WorkloadConfig(num_requests=20, input_len=50, output_len=8),
+        schedule=schedule or Schedule(concurrency=4),
+        **kw,
+    )
+    return run(cfg, api_key=None, out_dir=tmp_path)
+
+
+def jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in (path / "requests.jsonl").read_text().splitlines()]
+
+
+def test_random_workload_exact_prompt_tokens_and_counts(instant_server, tmp_path):
+    result = bench(
+        instant_server.url, tmp_path, WorkloadConfig(num_requests=30, input_len=100, output_len=12)
+    )
+    s = result.summary
+    assert (s.successful, s.errored, s.incomplete) == (30, 0, 0)
+    rows = jsonl(tmp_path)
+    assert len(rows) == 30
+    assert {r["prompt_tokens"] for r in rows} == {100}  # exact, via the server's /tokenize
+    assert {r["completion_tokens"] for r in rows} == {12}
+    assert s.completion_tokens_total == 360 and s.token_count_source == "usage"
+    assert json.loads((tmp_path / "summary.json").read_text())["summary"]["successful"] == 30
+    assert result.server["model"] == "servefit-null"
+
+
+def test_timings_match_the_servers_known_delays(null_server, tmp_path):
+    # null server: TTFT 20 ms, 5 ms between tokens, 16 tokens; one request at a time
+    result = bench(
+        null_server.url,
+        tmp_path,
+        WorkloadConfig(num_requests=12, input_len=20, output_len=16),
+        Schedule(concurrency=1),
+        warmup_requests=2,
+    )
+    s = result.summary
+    assert s.successful == 12 and s.warmup_excluded == 2
+    assert 0.020 <= s.ttft_s.p50 <= 0.020 + 0.010
+    assert 0.005 <= s.tpot_s.p50 <= 0.005 + 0.003
+    assert s.itl_s.count == 12 * 15
+    expected_e2e = 0.020 + 15 * 0.005
+    assert expected_e2e <= s.e2e_s.p50 <= expected_e2e + 0.05
+    assert s.achieved_concurrency == pytest.approx(1.0, abs=0.1)
+
+
+def test_open_loop_rate_and_client_lag(instant_server, tmp_path):
+    result = bench(
+        instant_server.url,
+        tmp_path,
+        WorkloadConfig(num_requests=40, input_len=10, output_len=4),
+        Schedule(rate_per_s=100, seed=1),
+    )
+    s = result.summary
+    assert s.successful == 40
+    assert s.client_lag_s.p99 < 0.05
+    assert 0.2 < s.duration_s < 1.5  # 40 arrivals at 100/s ~ 0.4 s
+
+
+def test_every_fault_is_counted_and_nothing_is_lost(instant_server, tmp_path):
+    lines = [{"prompt": "fine words here"}] * 3 + [
+        {"prompt": "x __HTTP_429__"},
+        {"prompt": "x __HTTP_500__"},
+        {"prompt": "x __DISCONNECT__"},
+        {"prompt": "x __MALFORMED__"},
+        {"prompt": "x __HANG__"},
+    ]
+    dataset = tmp_path / "faults.jsonl"
+    dataset.write_text("\n".join(json.dumps(x) for x in lines))
+    out = tmp_path / "out"
+    result = bench(
+        instant_server.url,
+        out,
+        WorkloadConfig(kind="jsonl", path=str(dataset), num_requests=100, output_len=8),
+        Schedule(concurrency=8),
+        timeout_s=1.5,
+    )
+    s = result.summary
+    assert (s.successful, s.errored, s.incomplete) == (3, 2, 3)
+    rows = jsonl(out)
+    assert len(rows) == 8
+    errors = sorted(r["error"].split(":")[0] for r in rows if r["error"])
+    assert errors == ["HTTP 429", "HTTP 500", "disconnected mid-stream", "malformed SSE", "timeout"]
+
+
+def test_unreachable_server_exits_1_with_a_clear_summary(tmp_path):
+    url = f"http://127.0.0.1:{free_port()}"
+    done = subprocess.run(
+        [
+            *SERVEFIT,
+            "bench",
+            url,
+            "--model",
+            "m",
+            "--concurrency",
+            "2",
+            "--num-requests",
+            "4",
+            "--json",
+            "--output",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    doc = json.loads(done.stdout)
+    assert doc["summary"]["errored"] == 4 and doc["summary"]["successful"] == 0
+    assert "Traceback" not in done.stderr
+    assert len(jsonl(tmp_path)) == 4
+
+
+def _start_null_server(*args: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [*SERVEFIT, "null-server", "--port", str(port), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            import urllib.request
+
+            urllib.request.urlopen(url + "/health", timeout=1).read()
+            return proc, url
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("null server did not start")
+
+
+def test_server_killed_mid_run(tmp_path):
+    server, url = _start_null_server("--itl-ms", "20", "--output-len", "50")
+    try:
+        proc = subprocess.Popen(
+            [
+                *SERVEFIT,
+                "bench",
+                url,
+                "--concurrency",
+                "4",
+                "--num-requests",
+                "20",
+                "--output-len",
+                "50",
+                "--json",
+                "--output",
+                str(tmp_path),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(1.5)
+        server.send_signal(signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        server.kill()
+    doc = json.loads(out)
+    s = doc["summary"]
+    assert s["incomplete"] >= 1 and s["successful"] + s["errored"] + s["incomplete"] == len(
+        jsonl(tmp_path)
+    )
+    assert "Traceback" not in err
+
+
+def test_ctrl_c_leaves_a_valid_summary(tmp_path):
+    server, url = _start_null_server("--itl-ms", "20", "--output-len", "100")
+    try:
+        proc = subprocess.Popen(
+            [
+                *SERVEFIT,
+                "bench",
+                url,
+                "--concurrency",
+                "4",
+                "--num-requests",
+                "50",
+                "--output-len",
+                "100",
+                "--output",
+                str(tmp_path),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(2.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        server.kill()
+    assert proc.returncode == 1
+    assert "Traceback" not in err
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    s = summary["summary"]
+    assert s["incomplete"] >= 1
+    assert s["successful"] + s["errored"] + s["incomplete"] == len(jsonl(tmp_path))
+
+
+def test_agent_sessions_resend_their_growing_history(instant_server, tmp_path):
+    result = bench(
+        instant_server.url,
+        tmp_path,
+        WorkloadConfig(
+            kind="agent",
+            endpoint="chat",
+            num_requests=3,
+            turns=4,
+            system_prompt_len=100,
+            message_len=20,
+            output_len=10,
+        ),
+        Schedule(concurrency=3),
+    )
+    assert result.summary.successful == 12
+    means = [t.prompt_tokens_mean for t in result.turns]
+    assert [t.turn for t in result.turns] == [0, 1, 2, 3]
+    # each turn re-sends system prompt + history: it grows by the last answer and a new message
+    assert all(b > a for a, b in itertools.pairwise(means))
+    assert means[1] - means[0] >= 10 + 20
+
+
+def test_shared_prefix_and_goodput(instant_server, tmp_path):
+    result = bench(
+        instant_server.url,
+        tmp_path,
+        WorkloadConfig(
+            kind="shared-prefix",
+            num_requests=10,
+            input_len=80,
+            prefix_len=60,
+            num_groups=2,
+            output_len=4,
+        ),
+        slo=Slo(ttft_s=5.0),
+    )
+    assert result.summary.successful == 10
+    assert result.summary.goodput_per_s == pytest.approx(result.summary.request_throughput_per_s)
+
+
+def test_cli_json_contract(instant_server, tmp_path):
+    done = subprocess.run(
+        [
+            *SERVEFIT,
+            "bench",
+            instant_server.url,
+            "--workload",
+            "random",
+            "--input-len",
+            "32",
+            "--output-len",
+            "8",
+            "--concurrency",
+            "4",
+            "--num-requests",
+            "16",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "OPENAI_API_KEY": "sk-test-secret"},
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    s = doc["summary"]
+    for key in ("successful", "errored", "request_throughput_per_s", "output_throughput_tok_per_s"):
+        assert key in s
+    assert (
+        s["ttft_s"]["p50"] is not None
+        and s["ttft_s"]["p99"] is not None
+        and s["tpot_s"]["p50"] is not None
+    )
+    assert "sk-test-secret" not in done.stdout  # the key is never written
+    assert doc["config"]["api_key_env"] == "OPENAI_API_KEY"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--concurrency", "0"], "--concurrency must be at least 1"),
+        (["--num-requests", "5"], "give --concurrency, --request-rate"),
+        (["--workload", "jsonl", "--concurrency", "1"], "needs --dataset"),
+    ],
+)
+def test_bad_bench_flags_exit_2(args, message):
+    done = subprocess.run(
+        [*SERVEFIT, "bench", "http://127.0.0.1:9", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and message in done.stderr

@@ -1,0 +1,81 @@
+"""The metric formulas on hand-made records (docs/metrics.md)."""
+
+import pytest
+
+from servefit.bench.metrics import Slo, percentile, summarize
+from servefit.bench.records import Outcome, RequestRecord, TokenSource
+
+
+def record(
+    i, sent, chunks, done, tokens, prompt=10, scheduled=None, outcome=Outcome.OK, cached=None
+):
+    return RequestRecord(
+        request_id=i,
+        outcome=outcome,
+        scheduled_s=sent if scheduled is None else scheduled,
+        sent_s=sent,
+        chunk_s=chunks,
+        done_s=done,
+        completion_tokens=tokens,
+        prompt_tokens=prompt,
+        cached_tokens=cached,
+    )
+
+
+def test_formulas_hand_derived():
+    a = record(0, sent=0.0, chunks=[0.10, 0.12, 0.14, 0.16], done=0.16, tokens=4, scheduled=0.0)
+    b = record(1, sent=0.5, chunks=[0.70, 0.80], done=0.80, tokens=2, scheduled=0.45)
+    s = summarize([a, b])
+    assert s.successful == 2 and s.errored == 0
+    assert s.duration_s == pytest.approx(0.80)  # first sent 0.0 -> last done 0.80
+    assert s.ttft_s.mean == pytest.approx((0.10 + 0.20) / 2)
+    # TPOT excludes the first token: a (0.16-0.10)/3 = 0.02, b (0.80-0.70)/1 = 0.10
+    assert s.tpot_s.min == pytest.approx(0.02) and s.tpot_s.max == pytest.approx(0.10)
+    # ITL pools every chunk gap: 0.02, 0.02, 0.02 (a) and 0.10 (b)
+    assert s.itl_s.count == 4 and s.itl_s.aggregation == "pooled"
+    assert s.itl_s.p50 == pytest.approx(0.02)
+    assert s.output_throughput_tok_per_s == pytest.approx(6 / 0.80)
+    assert s.total_token_throughput_tok_per_s == pytest.approx(26 / 0.80)
+    assert s.request_throughput_per_s == pytest.approx(2 / 0.80)
+    assert s.achieved_concurrency == pytest.approx((0.16 + 0.30) / 0.80)
+    assert s.client_lag_s.max == pytest.approx(0.05)
+    assert s.ttft_from_scheduled_s.max == pytest.approx(0.25)
+    assert s.decode_tok_per_s.min == pytest.approx(10.0)  # b: 1 token in 0.10 s
+
+
+def test_goodput_counts_requests_meeting_every_slo():
+    fast = record(0, 0.0, [0.05, 0.06], 0.06, 2)
+    slow = record(1, 0.0, [0.50, 0.51], 0.51, 2)
+    s = summarize([fast, slow], Slo(ttft_s=0.1))
+    assert s.goodput_per_s == pytest.approx(1 / 0.51)
+
+
+def test_outcomes_counted_apart_and_warmup_excluded():
+    ok = record(0, 0.0, [0.1], 0.1, 1)
+    bad = RequestRecord(
+        request_id=1, scheduled_s=0, sent_s=0.0, outcome=Outcome.ERROR, error="HTTP 429: slow down"
+    )
+    cut = record(2, 0.0, [0.1, 0.2], 0.2, 2, outcome=Outcome.INCOMPLETE)
+    warm = record(-1, 0.0, [0.1], 0.1, 1)
+    warm.is_warmup = True
+    s = summarize([ok, bad, cut, warm])
+    assert (s.successful, s.errored, s.incomplete, s.warmup_excluded) == (1, 1, 1, 1)
+    assert s.errors == {"HTTP 429": 1, "unknown": 1}
+
+
+def test_chunk_fallback_is_reported():
+    r = record(0, 0.0, [0.1, 0.2], 0.2, 2)
+    r.token_source = TokenSource.CHUNKS
+    assert summarize([r]).token_count_source == "chunks"
+
+
+def test_percentile_matches_numpy_linear():
+    values = [1.0, 2.0, 3.0, 4.0]
+    assert percentile(values, 50) == 2.5
+    assert percentile(values, 90) == pytest.approx(3.7)
+    assert percentile([5.0], 99) == 5.0
+
+
+def test_empty_run_is_still_a_summary():
+    s = summarize([])
+    assert s.successful == 0 and s.duration_s == 0 and s.ttft_s.count == 0
