@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import random
@@ -165,6 +166,7 @@ WORDS = [
 ]
 
 Tokenizer = Callable[[str], Awaitable[int | None]]
+TOKENIZE_CONCURRENCY = 64  # /tokenize round trips in flight while preparing prompts
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -247,24 +249,29 @@ async def build_requests(cfg: WorkloadConfig, count: Tokenizer | None) -> list[R
     if cfg.kind == "shared-prefix":
         for _ in range(cfg.num_groups):
             prefixes.append((await exact_prompt(rng, cfg.prefix_len, count))[0])
-    requests = []
+    # Lengths and words are drawn in order from the seeded generator (reproducible); only the
+    # server round trips that refine exact lengths run concurrently.
+    plans = []
     for i in range(cfg.num_requests):
         if cfg.kind == "chat":
-            input_len, output_len = (
-                _lognormal_length(rng, cfg.input_len),
-                _lognormal_length(rng, cfg.output_len),
-            )
-        elif cfg.kind == "summarize":
-            input_len, output_len = cfg.input_len, cfg.output_len
+            input_len = _lognormal_length(rng, cfg.input_len)
+            output_len = _lognormal_length(rng, cfg.output_len)
         else:
             input_len, output_len = cfg.input_len, cfg.output_len
+        plans.append((i, input_len, output_len, random.Random(rng.random())))
+    limit = asyncio.Semaphore(TOKENIZE_CONCURRENCY)
+
+    async def one(i: int, input_len: int, output_len: int, own: random.Random) -> Request:
         if prefixes:
-            suffix, _ = await exact_prompt(rng, input_len - cfg.prefix_len, None)
-            text, planned = prefixes[i % len(prefixes)] + " " + suffix, input_len
-        else:
-            text, planned = await exact_prompt(rng, input_len, count)
-        requests.append(_request(cfg, i, text, output_len, planned))
-    return requests
+            suffix, _ = await exact_prompt(own, input_len - cfg.prefix_len, None)
+            return _request(
+                cfg, i, prefixes[i % len(prefixes)] + " " + suffix, output_len, input_len
+            )
+        async with limit:
+            text, planned = await exact_prompt(own, input_len, count)
+        return _request(cfg, i, text, output_len, planned)
+
+    return list(await asyncio.gather(*(one(*plan) for plan in plans)))
 
 
 def _request(

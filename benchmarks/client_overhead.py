@@ -1,0 +1,220 @@
+"""Client overhead: how many requests per second the benchmark client itself can drive.
+
+Run: python benchmarks/client_overhead.py [--requests 4000] [--concurrency 256]
+         [--peers-venv DIR]   (a throwaway venv with aiperf and/or guidellm installed)
+
+Starts `servefit null-server` (instant answers, 16 tokens) in its own process, then drives it
+at the same concurrency with: a bare asyncio + aiohttp loop (the ceiling of a Python client),
+servefit bench, and, when --peers-venv has them, aiperf and guidellm. Prints a table.
+Targets (issue #3): servefit >= 3x aiperf's requests/s and >= 80 % of the bare loop; p99
+client lag <= 1 ms at moderate load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+PROMPT = " ".join(["word"] * 64)
+OUTPUT_TOKENS = 16
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server() -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "servefit.cli.main",
+            "null-server",
+            "--port",
+            str(port),
+            "--output-len",
+            str(OUTPUT_TOKENS),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(url + "/health", timeout=1).read()
+            return proc, url
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("null server did not start")
+
+
+async def bare_loop(url: str, requests: int, concurrency: int) -> float:
+    """The least a Python client can do: post, read the stream to [DONE], repeat."""
+    import aiohttp
+
+    body = {
+        "model": "servefit-null",
+        "prompt": PROMPT,
+        "max_tokens": OUTPUT_TOKENS,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    remaining = iter(range(requests))
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+        async def worker() -> None:
+            for _ in remaining:
+                async with session.post(url + "/v1/completions", json=body) as resp:
+                    async for line in resp.content:
+                        if line.startswith(b"data: [DONE]"):
+                            break
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return requests / (time.perf_counter() - start)
+
+
+def servefit(url: str, requests: int, concurrency: int) -> tuple[float, float]:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "servefit.cli.main",
+            "bench",
+            url,
+            "--workload",
+            "random",
+            "--input-len",
+            "64",
+            "--output-len",
+            str(OUTPUT_TOKENS),
+            "--concurrency",
+            str(concurrency),
+            "--num-requests",
+            str(requests),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    s = json.loads(done.stdout)["summary"]
+    return s["request_throughput_per_s"], s["client_lag_s"]["p99"]
+
+
+def moderate_load_lag(url: str) -> float:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "servefit.cli.main",
+            "bench",
+            url,
+            "--workload",
+            "random",
+            "--input-len",
+            "64",
+            "--output-len",
+            str(OUTPUT_TOKENS),
+            "--request-rate",
+            "200",
+            "--num-requests",
+            "1000",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout)["summary"]["client_lag_s"]["p99"]
+
+
+def aiperf(venv: Path, url: str, requests: int, concurrency: int, workdir: Path) -> float | None:
+    binary = venv / "bin" / "aiperf"
+    if not binary.exists():
+        return None
+    out = workdir / "aiperf"
+    done = subprocess.run(
+        [
+            str(binary),
+            "profile",
+            "--model",
+            "servefit-null",
+            "--url",
+            url,
+            "--endpoint-type",
+            "completions",
+            "--streaming",
+            "--concurrency",
+            str(concurrency),
+            "--request-count",
+            str(requests),
+            "--synthetic-input-tokens-mean",
+            "64",
+            "--output-tokens-mean",
+            str(OUTPUT_TOKENS),
+            "--artifact-dir",
+            str(out),
+            "--ui-type",
+            "none",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    for path in out.rglob("*aiperf*.json"):
+        data = json.loads(path.read_text())
+        throughput = data.get("request_throughput") or {}
+        if isinstance(throughput, dict) and "avg" in throughput:
+            return float(throughput["avg"])
+    print("aiperf did not produce a result:", done.stderr[-400:], file=sys.stderr)
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=4000)
+    parser.add_argument("--concurrency", type=int, default=256)
+    parser.add_argument("--peers-venv", type=Path)
+    args = parser.parse_args()
+    server, url = start_server()
+    try:
+        bare = asyncio.run(bare_loop(url, args.requests, args.concurrency))
+        ours, lag = servefit(url, args.requests, args.concurrency)
+        moderate_lag = moderate_load_lag(url)
+        peer = (
+            aiperf(args.peers_venv, url, args.requests, args.concurrency, Path("/tmp"))
+            if args.peers_venv
+            else None
+        )
+    finally:
+        server.kill()
+    print(
+        f"\nclient overhead: {args.requests} requests at concurrency {args.concurrency}, "
+        f"instant null server, {OUTPUT_TOKENS} tokens each\n"
+    )
+    print(f"{'client':32s} {'requests/s':>12s} {'vs bare loop':>14s}")
+    print(f"{'bare asyncio + aiohttp loop':32s} {bare:12,.0f} {'100%':>14s}")
+    print(f"{'servefit bench':32s} {ours:12,.0f} {ours / bare:14.0%}")
+    if peer is not None:
+        print(f"{'aiperf':32s} {peer:12,.0f} {peer / bare:14.0%}")
+        print(f"servefit / aiperf: {ours / peer:.1f}x (target >= 3x)")
+    print(
+        f"servefit p99 client lag at c={args.concurrency}: {lag * 1000:.2f} ms; "
+        f"at 200 req/s open loop: {moderate_lag * 1000:.2f} ms (target <= 1 ms)"
+    )
+
+
+if __name__ == "__main__":
+    main()
