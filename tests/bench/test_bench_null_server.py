@@ -323,3 +323,37 @@ def test_bad_bench_flags_exit_2(args, message):
         timeout=60,
     )
     assert done.returncode == 2 and message in done.stderr
+
+
+def test_prefix_cache_comparison_runs_cold_then_warm(instant_server, tmp_path):
+    from servefit.bench.runner import run_cache_comparison
+
+    cfg = BenchConfig(
+        base_urls=(instant_server.url,),
+        workload=WorkloadConfig(
+            kind="agent",
+            endpoint="chat",
+            num_requests=2,
+            turns=3,
+            system_prompt_len=50,
+            message_len=10,
+            output_len=5,
+        ),
+        schedule=Schedule(concurrency=2),
+    )
+    result = run_cache_comparison(cfg, api_key=None, out_dir=tmp_path)
+    rows = result.prefix_cache_comparison
+    assert [r.turn for r in rows] == [0, 1, 2]
+    assert all(r.ttft_cold_s is not None and r.ttft_warm_s is not None for r in rows)
+    # cold prompts carry one nonce more: a busted prefix, same conversation otherwise
+    cold = jsonl(tmp_path / "cold")
+    warm = jsonl(tmp_path / "warm")
+    assert len(cold) == len(warm) == 6
+    assert all(
+        c["prompt_tokens"] > w["prompt_tokens"]
+        for c, w in zip(
+            sorted(cold, key=lambda r: (r["session_id"], r["turn"])),
+            sorted(warm, key=lambda r: (r["session_id"], r["turn"])),
+            strict=True,
+        )
+    )

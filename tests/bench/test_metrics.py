@@ -79,3 +79,28 @@ def test_percentile_matches_numpy_linear():
 def test_empty_run_is_still_a_summary():
     s = summarize([])
     assert s.successful == 0 and s.duration_s == 0 and s.ttft_s.count == 0
+
+
+def test_client_bound_warnings():
+    from servefit.bench.runner import client_bound_warnings
+    from servefit.bench.schedules import Schedule
+
+    lagging = [
+        record(
+            i,
+            sent=i * 0.01 + 0.02,
+            chunks=[i * 0.01 + 0.03],
+            done=i * 0.01 + 0.03,
+            tokens=1,
+            scheduled=i * 0.01,
+        )
+        for i in range(50)
+    ]
+    assert client_bound_warnings(summarize(lagging), Schedule(rate_per_s=100))
+    # closed loop: 50 back-to-back requests keep one slot busy: fine at concurrency 1 ...
+    assert not client_bound_warnings(summarize(lagging), Schedule(concurrency=1))
+    # ... but at concurrency 4 three slots sat idle
+    assert (
+        "achieved concurrency 1.0 of 4"
+        in client_bound_warnings(summarize(lagging), Schedule(concurrency=4))[0]
+    )

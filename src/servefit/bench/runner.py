@@ -54,6 +54,7 @@ class BenchResult(BaseModel):
     turns: list[TurnStats]
     server_metrics: dict[str, float]
     warnings: list[str]
+    prefix_cache_comparison: list[CacheComparison] | None = None
 
 
 @dataclass(slots=True)
@@ -183,6 +184,71 @@ async def _run_agents(
     await asyncio.gather(*(run_session(s) for s in sessions))
 
 
+CLIENT_LAG_WARN_S = 0.005  # p99 client lag above this: the client, not the server, set the pace
+
+
+def client_bound_warnings(summary: Summary, schedule: Schedule) -> list[str]:
+    """Say when the numbers describe the client more than the server."""
+    out = []
+    lag = summary.client_lag_s.p99
+    if (
+        lag is not None
+        and lag > CLIENT_LAG_WARN_S
+        and schedule.is_open_loop
+        and not schedule.concurrency
+    ):
+        out.append(
+            f"p99 client lag {lag * 1000:.1f} ms: requests left late; the client may be the "
+            "bottleneck (measure its ceiling with benchmarks/client_overhead.py against "
+            "servefit null-server)"
+        )
+    if (
+        not schedule.is_open_loop
+        and schedule.concurrency
+        and summary.successful > 10 * schedule.concurrency
+        and summary.achieved_concurrency < 0.5 * schedule.concurrency
+    ):
+        out.append(
+            f"achieved concurrency {summary.achieved_concurrency:.1f} of "
+            f"{schedule.concurrency}: the client could not keep every slot busy (client-bound run)"
+        )
+    return out
+
+
+class CacheComparison(BaseModel):
+    """Per turn: the same agent sessions with the prefix cache defeated (cold) and used (warm)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    turn: int
+    prompt_tokens_mean: float | None
+    ttft_cold_s: float | None
+    ttft_warm_s: float | None
+    ttft_saved_s: float | None
+    cached_tokens_warm_mean: float | None
+
+
+def compare_cache(cold: list[TurnStats], warm: list[TurnStats]) -> list[CacheComparison]:
+    by_turn = {t.turn: t for t in cold}
+    out = []
+    for w in warm:
+        c = by_turn.get(w.turn)
+        cold_ttft = c.ttft_s_mean if c else None
+        out.append(
+            CacheComparison(
+                turn=w.turn,
+                prompt_tokens_mean=w.prompt_tokens_mean,
+                ttft_cold_s=cold_ttft,
+                ttft_warm_s=w.ttft_s_mean,
+                ttft_saved_s=(cold_ttft - w.ttft_s_mean)
+                if cold_ttft is not None and w.ttft_s_mean is not None
+                else None,
+                cached_tokens_warm_mean=w.cached_tokens_mean,
+            )
+        )
+    return out
+
+
 def turn_stats(records: list[RequestRecord]) -> list[TurnStats]:
     """Per-turn TTFT and cached tokens of agent sessions: the prefix-cache headline."""
     by_turn: dict[int, list[RequestRecord]] = {}
@@ -260,6 +326,7 @@ async def run_bench(cfg: BenchConfig, *, api_key: str | None, out_dir: Path | No
     if interrupted:
         warnings.append("interrupted: requests in flight were recorded as incomplete")
     summary = summarize(writer.records, cfg.slo)
+    warnings.extend(client_bound_warnings(summary, cfg.schedule))
     result = BenchResult(
         schema_version=SUMMARY_SCHEMA_VERSION,
         servefit_version=__version__,
@@ -295,3 +362,28 @@ def run(cfg: BenchConfig, *, api_key: str | None, out_dir: Path | None) -> Bench
         loop_factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         return runner.run(run_bench(cfg, api_key=api_key, out_dir=out_dir))
+
+
+def run_cache_comparison(
+    cfg: BenchConfig, *, api_key: str | None, out_dir: Path | None
+) -> BenchResult:
+    """Agent sessions twice with the same seed: cache-busted (cold), then as they are (warm).
+    Reports the TTFT the prefix cache saves per turn; decode time is untouched by it."""
+    from dataclasses import replace
+
+    cold = run(
+        replace(cfg, workload=replace(cfg.workload, cache_bust=True)),
+        api_key=api_key,
+        out_dir=out_dir / "cold" if out_dir else None,
+    )
+    warm = run(cfg, api_key=api_key, out_dir=out_dir / "warm" if out_dir else None)
+    result = warm.model_copy(
+        update={
+            "prefix_cache_comparison": compare_cache(cold.turns, warm.turns),
+            "warnings": [*cold.warnings, *warm.warnings],
+            "interrupted": cold.interrupted or warm.interrupted,
+        }
+    )
+    if out_dir is not None:
+        (out_dir / "summary.json").write_text(result.model_dump_json(indent=2), encoding="utf-8")
+    return result

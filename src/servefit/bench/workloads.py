@@ -182,6 +182,7 @@ class WorkloadConfig:
     num_groups: int = 1
     turns: int = 4  # agent: turns per session
     system_prompt_len: int = 512  # agent: tokens of the shared system prompt
+    cache_bust: bool = False  # agent: a unique first token every turn, so no prefix is reused
     message_len: int = 64  # agent: tokens of each new user message
     think_time_s: float = 0.0
     path: str | None = None  # jsonl
@@ -357,9 +358,14 @@ class AgentSession:
     ignore_eos: bool
     history: list[dict[str, str]]
 
+    cache_bust: bool = False
+
     def request(self, turn: int, request_id: int) -> Request:
         self.history.append({"role": "user", "content": self.messages_text[turn]})
-        messages = [{"role": "system", "content": self.system_prompt}, *self.history]
+        system = self.system_prompt
+        if self.cache_bust:  # a different first token: the cache cannot match any block
+            system = f"[nonce {self.session_id}-{turn}-{request_id}] {system}"
+        messages = [{"role": "system", "content": system}, *self.history]
         return Request(
             request_id=request_id,
             endpoint="chat",
@@ -394,6 +400,7 @@ async def build_sessions(
                 output_len=cfg.output_len,
                 ignore_eos=cfg.ignore_eos,
                 history=[],
+                cache_bust=cfg.cache_bust,
             )
         )
     return sessions

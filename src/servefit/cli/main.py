@@ -433,6 +433,12 @@ def null_server(host: str, port: int, ttft_ms: float, itl_ms: float, output_len:
     "--message-len", type=int, default=64, show_default=True, help="agent: tokens per new message."
 )
 @click.option("--think-time-s", type=float, default=0.0, help="agent: pause between turns.")
+@click.option(
+    "--prefix-cache-compare",
+    is_flag=True,
+    help="agent: run the sessions cache-busted (cold), then as they are (warm); "
+    "report the TTFT saved per turn.",
+)
 @click.option("--dataset", help="jsonl: prompts or conversations, one JSON object per line.")
 @click.option(
     "--ignore-eos/--no-ignore-eos",
@@ -476,6 +482,7 @@ def bench(
     system_prompt_len: int,
     message_len: int,
     think_time_s: float,
+    prefix_cache_compare: bool,
     dataset: str | None,
     ignore_eos: bool,
     seed: int,
@@ -493,7 +500,7 @@ def bench(
     from pathlib import Path
 
     from servefit.bench.metrics import Slo
-    from servefit.bench.runner import BenchConfig, run
+    from servefit.bench.runner import BenchConfig, run, run_cache_comparison
     from servefit.bench.schedules import Schedule
     from servefit.bench.workloads import WorkloadConfig
 
@@ -534,7 +541,10 @@ def bench(
         )
     except ServefitError as error:
         _fail(error)
-    result = run(
+    if prefix_cache_compare and workload != "agent":
+        _fail(ServefitError("--prefix-cache-compare needs --workload agent"))
+    runner = run_cache_comparison if prefix_cache_compare else run
+    result = runner(
         cfg, api_key=os.environ.get(api_key_env), out_dir=Path(output_dir) if output_dir else None
     )
     if as_json:

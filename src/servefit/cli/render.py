@@ -233,6 +233,13 @@ def render_bench(result: Any, console: Console) -> None:
             f"cached {t.cached_tokens_mean if t.cached_tokens_mean is not None else '-'}, "
             f"TTFT {ms(t.ttft_s_mean)}"
         )
+    if result.prefix_cache_comparison:
+        console.print("[bold]prefix cache, per turn[/] (same sessions: cache-busted vs as sent)")
+        for c in result.prefix_cache_comparison:
+            console.print(
+                f"  turn {c.turn}: prompt {c.prompt_tokens_mean or 0:,.0f} tok, TTFT cold "
+                f"{ms(c.ttft_cold_s)} -> warm {ms(c.ttft_warm_s)} (saved {ms(c.ttft_saved_s)})"
+            )
     for name, count in s.errors.items():
         console.print(f"  [red]{count} x {name}[/]")
     for line in result.warnings:
