@@ -210,28 +210,41 @@ def random_words(rng: random.Random, count: int) -> str:
     return " ".join(rng.choices(WORDS, k=max(count, 1)))
 
 
+FILLERS = (" a", " x", " 1", " .", " the", "!")  # units that are usually one token each
+
+
 async def exact_prompt(
     rng: random.Random, tokens: int, count: Tokenizer | None
 ) -> tuple[str, int | None]:
-    """A prompt of ``tokens`` tokens (exact when the server can count; else ~1 token/word)."""
+    """A prompt of exactly ``tokens`` tokens as the server counts them (its ``/tokenize``,
+    special tokens included, as in ``usage.prompt_tokens``): the longest run of random words
+    that fits (binary search), topped up with a one-token filler. Without ``/tokenize`` the
+    words stand in (~1 token each) and the real count comes from usage (returns None)."""
     words = rng.choices(WORDS, k=tokens)
     if count is None:
         return " ".join(words), None
     measured = await count(" ".join(words))
     if measured is None:
         return " ".join(words), None
-    for _ in range(8):  # a few refinements: remove or add words until the count matches
-        if measured == tokens:
-            break
-        if measured > tokens:
-            del words[max(1, len(words) - (measured - tokens)) :]
-        else:
-            words += rng.choices(WORDS, k=tokens - measured)
-        counted = await count(" ".join(words))
-        if counted is None:
-            break
-        measured = counted
-    return " ".join(words), measured
+    if measured > tokens:  # words cost more than one token each: keep the longest prefix that fits
+        lo, hi = 0, len(words)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            counted = await count(" ".join(words[:mid]))
+            if counted is not None and counted <= tokens:
+                lo = mid
+            else:
+                hi = mid - 1
+        words = words[:lo]
+        measured = await count(" ".join(words)) or 0
+    text = " ".join(words)
+    if measured == tokens:
+        return text, measured
+    for filler in FILLERS:  # top up the last few tokens
+        candidate = text + filler * (tokens - measured)
+        if await count(candidate) == tokens:
+            return candidate, tokens
+    return text, measured
 
 
 def _lognormal_length(

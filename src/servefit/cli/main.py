@@ -6,6 +6,7 @@ config servefit cannot interpret).
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -413,9 +414,22 @@ def null_server(host: str, port: int, ttft_ms: float, itl_ms: float, output_len:
     "--num-requests", type=int, default=100, show_default=True, help="Requests (agent: sessions)."
 )
 @click.option(
-    "--concurrency", type=int, help="Closed loop: requests in flight (with a rate: the cap)."
+    "--concurrency",
+    help="Closed loop: requests in flight (with a rate: the cap). A list (1,4,16) sweeps.",
 )
-@click.option("--request-rate", type=float, help="Open loop: mean arrivals per second.")
+@click.option("--request-rate", help="Open loop: mean arrivals per second. A list sweeps.")
+@click.option(
+    "--search-slo",
+    is_flag=True,
+    help="Find the highest concurrency meeting the --slo-* limits (double, then bisect).",
+)
+@click.option(
+    "--slo-percentile",
+    type=click.IntRange(1, 99),
+    default=90,
+    show_default=True,
+    help="Percentile the SLO limits apply to (--search-slo).",
+)
 @click.option(
     "--burstiness", type=float, default=1.0, show_default=True, help="Gamma shape; 1 = Poisson."
 )
@@ -473,8 +487,10 @@ def bench(
     input_len: int,
     output_len: int,
     num_requests: int,
-    concurrency: int | None,
-    request_rate: float | None,
+    concurrency: str | None,
+    request_rate: str | None,
+    search_slo: bool,
+    slo_percentile: int,
     burstiness: float,
     prefix_len: int,
     num_groups: int,
@@ -497,6 +513,7 @@ def bench(
 ) -> None:
     """Measure an OpenAI-compatible server: TTFT, TPOT, ITL, throughput, goodput, cached tokens."""
     import os
+    from dataclasses import replace
     from pathlib import Path
 
     from servefit.bench.metrics import Slo
@@ -508,6 +525,19 @@ def bench(
         for name, value in (("--warmup", warmup), ("--timeout-s", timeout_s)):
             if value < 0:
                 raise ServefitError(f"{name} must not be negative")
+        concurrencies = _levels("--concurrency", concurrency, int)
+        rates = _levels("--request-rate", request_rate, float)
+        slo = (
+            Slo(ttft_s=slo_ttft_s, tpot_s=slo_tpot_s, e2e_s=slo_e2e_s)
+            if any(v is not None for v in (slo_ttft_s, slo_tpot_s, slo_e2e_s))
+            else None
+        )
+        if search_slo and slo is None:
+            raise ServefitError(
+                "--search-slo needs at least one of --slo-ttft-s, --slo-tpot-s, --slo-e2e-s"
+            )
+        if prefix_cache_compare and workload != "agent":
+            raise ServefitError("--prefix-cache-compare needs --workload agent")
         cfg = BenchConfig(
             base_urls=(url, *replicas),
             workload=WorkloadConfig(
@@ -527,26 +557,76 @@ def bench(
                 path=dataset,
             ),
             schedule=Schedule(
-                concurrency=concurrency, rate_per_s=request_rate, burstiness=burstiness, seed=seed
+                concurrency=concurrencies[0] if concurrencies else (1 if search_slo else None),
+                rate_per_s=rates[0] if rates and not search_slo else None,
+                burstiness=burstiness,
+                seed=seed,
             ),
             model=model_name,
             api_key_env=api_key_env,
             timeout_s=timeout_s,
             warmup_requests=warmup,
             duration_s=duration_s,
-            slo=Slo(ttft_s=slo_ttft_s, tpot_s=slo_tpot_s, e2e_s=slo_e2e_s)
-            if any(v is not None for v in (slo_ttft_s, slo_tpot_s, slo_e2e_s))
-            else None,
+            slo=slo,
             session_affinity=session_affinity,
         )
     except ServefitError as error:
         _fail(error)
-    if prefix_cache_compare and workload != "agent":
-        _fail(ServefitError("--prefix-cache-compare needs --workload agent"))
+    api_key = os.environ.get(api_key_env)
+    out = Path(output_dir) if output_dir else None
+    if search_slo or len(concurrencies) > 1 or len(rates) > 1:
+        from servefit.bench.search import search_max_concurrency, slo_met
+
+        levels: list[dict[str, Any]] = []
+
+        def measure(schedule: Any) -> Any:
+            tag = f"c{schedule.concurrency}" if schedule.concurrency else ""
+            tag += f"r{schedule.rate_per_s:g}" if schedule.rate_per_s else ""
+            result = run(
+                replace(cfg, schedule=schedule), api_key=api_key, out_dir=out / tag if out else None
+            )
+            meets = slo_met(result.summary, slo, slo_percentile) if slo else None
+            levels.append(
+                {
+                    "concurrency": schedule.concurrency,
+                    "request_rate": schedule.rate_per_s,
+                    "meets_slo": meets,
+                    "result": json.loads(result.model_dump_json()),
+                }
+            )
+            if not as_json:
+                click.echo(_level_line(schedule, result.summary, meets), err=True)
+            return result, meets
+
+        best = None
+        if search_slo:
+            best, _ = search_max_concurrency(
+                lambda c: bool(measure(replace(cfg.schedule, concurrency=c))[1])
+            )
+        elif len(rates) > 1:
+            for rate in rates:
+                measure(replace(cfg.schedule, rate_per_s=rate))
+        else:
+            for level in concurrencies:
+                measure(replace(cfg.schedule, concurrency=level))
+        doc = {
+            "schema_version": 1,
+            "mode": "search" if search_slo else "sweep",
+            "slo": slo.model_dump() if slo else None,
+            "slo_percentile": slo_percentile,
+            "best_concurrency": best,
+            "levels": levels,
+        }
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "sweep.json").write_text(json.dumps(doc, indent=2))
+        if as_json:
+            click.echo(json.dumps(doc, indent=2))
+        elif search_slo:
+            click.echo(f"highest concurrency meeting the SLOs at p{slo_percentile}: {best}")
+        sys.exit(0 if levels and all(lv["result"]["summary"]["successful"] for lv in levels) else 1)
     runner = run_cache_comparison if prefix_cache_compare else run
-    result = runner(
-        cfg, api_key=os.environ.get(api_key_env), out_dir=Path(output_dir) if output_dir else None
-    )
+    result = runner(cfg, api_key=api_key, out_dir=out)
     if as_json:
         click.echo(result.model_dump_json(indent=2))
     else:
@@ -556,6 +636,34 @@ def bench(
 
         render_bench(result, Console())
     sys.exit(0 if result.summary.successful and not result.interrupted else 1)
+
+
+def _levels(flag: str, text: str | None, kind: Any) -> list[Any]:
+    """ "4" -> [4]; "1,4,16" -> [1, 4, 16] (a sweep)."""
+    if text is None:
+        return []
+    try:
+        values = [kind(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ServefitError(
+            f"{flag} takes a number or a comma-separated list, got {text!r}"
+        ) from None
+    if not values:
+        raise ServefitError(f"{flag} is empty")
+    return values
+
+
+def _level_line(schedule: Any, summary: Any, meets: bool | None) -> str:
+    level = f"concurrency {schedule.concurrency}" if schedule.concurrency else ""
+    if schedule.rate_per_s:
+        level += f" rate {schedule.rate_per_s:g}/s"
+    ttft = summary.ttft_s.p50
+    verdict = "" if meets is None else ("  meets SLOs" if meets else "  misses SLOs")
+    return (
+        f"{level:>24s}: {summary.request_throughput_per_s:8.2f} req/s, "
+        f"{summary.output_throughput_tok_per_s:10.1f} tok/s, TTFT p50 "
+        f"{(ttft or 0) * 1000:8.1f} ms, {summary.successful} ok / {summary.errored} err{verdict}"
+    )
 
 
 @cli.command()

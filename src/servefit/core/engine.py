@@ -105,8 +105,9 @@ def vllm_behaviour(version: str = DEFAULT_VLLM_VERSION) -> VllmBehaviour:
         default_gpu_memory_utilization=0.92 if v >= (0, 30) else 0.9,
         # "CUDA graph memory profiling is enabled (default since v0.21.0)" (gpu_worker.py, v0.33)
         is_cuda_graph_in_budget=v >= (0, 21),
-        # v0.33 kv_cache_utils: tokens = int(max_concurrency * max_model_len)
-        is_token_count_from_concurrency=v >= (0, 33),
+        # kv_cache_utils.get_kv_cache_capacity: tokens = int(max_concurrency * max_model_len),
+        # read in the v0.32.0 and v0.33.0 wheels
+        is_token_count_from_concurrency=v >= (0, 32),
         has_xlarge_batch_defaults=v >= (0, 33),
         # v0.33 config/compilation.py: "max_num_seqs (M) exceeds available Mamba cache blocks (N)"
         checks_mamba_blocks_vs_max_num_seqs=v >= (0, 30),

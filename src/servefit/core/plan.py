@@ -44,6 +44,7 @@ from servefit.core.weights import ParamCounts, count_params, pipeline_layer_spli
 from servefit.errors import InvalidArgumentError
 from servefit.units import GIB_BYTES, dtype_bytes
 
+BF16_MIN_CC = (8, 0)  # bfloat16 needs Ampere or newer
 MLA_BLOCK_SIZE_HOPPER = 64  # FlashMLA forces block size 64 on compute capability 9.x
 MLA_BLOCK_SIZE_BLACKWELL = 128  # CUTLASS MLA forces 128 on compute capability 10.x
 TP_CANDIDATES = (1, 2, 4, 8)
@@ -184,9 +185,21 @@ def resolve_settings(
 ONLINE_QUANTIZATION = {"fp8": fp8_per_tensor}
 
 
-def apply_load_options(spec: ModelSpec, s: ServeSettings) -> ModelSpec:
+def auto_dtype(spec: ModelSpec, gpu: GpuSpec) -> str:
+    """What ``--dtype auto`` loads: vLLM downcasts a float32 checkpoint to the platform's
+    preferred dtype (vllm/config/model.py ``_resolve_auto_dtype``): bfloat16 where supported
+    (CUDA compute capability >= 8.0, CPUs, other accelerators), float16 on older NVIDIA GPUs."""
+    if spec.dtype != "float32":
+        return spec.dtype
+    cc = gpu.compute_capability_tuple
+    return "float16" if cc is not None and cc < BF16_MIN_CC else "bfloat16"
+
+
+def apply_load_options(spec: ModelSpec, s: ServeSettings, gpu: GpuSpec) -> ModelSpec:
     """``--dtype`` and ``--quantization`` change what is loaded."""
-    if s.dtype not in ("auto", spec.dtype):
+    if s.dtype == "auto" and auto_dtype(spec, gpu) != spec.dtype:
+        spec = replace(spec, dtype=auto_dtype(spec, gpu))
+    elif s.dtype not in ("auto", spec.dtype):
         dtype_bytes(s.dtype)  # validates the name
         spec = replace(spec, dtype=s.dtype.removeprefix("torch."))
     if s.quantization is None:
@@ -304,7 +317,7 @@ def plan_capacity(
     with_suggestions: bool = True,
 ) -> CapacityPlan:
     """Everything `servefit plan` prints, for one model on ``tp x pp`` GPUs of one kind."""
-    spec = apply_load_options(spec, settings)
+    spec = apply_load_options(spec, settings, gpu)
     r, behaviour = resolve_settings(spec, gpu, settings)
     tp, pp = r.tensor_parallel_size, r.pipeline_parallel_size
     check_parallel_layout(spec, tp, pp)

@@ -1,0 +1,175 @@
+"""Build a tiny Llama-style checkpoint with random weights, for a real vLLM (CPU) server.
+
+Nothing is downloaded: the tokenizer is a byte-level BPE trained here on deterministic text,
+the weights are random (seeded), and both are written with Hugging Face's own writers
+(``save_pretrained``), so vLLM loads the directory like any local model.
+
+Runs with the vLLM virtual environment's interpreter (transformers, tokenizers and torch
+are vLLM dependencies; servefit's own environment does not have them)::
+
+    .venv-vllm/bin/python tests/integration/make_tiny_model.py OUT_DIR
+
+The checkpoint is bfloat16 (``--dtype float32`` writes a float32 one). vLLM's CPU backend
+runs bf16, fp16 and fp32 (head size 32 is supported), bf16 included on AVX2-only hosts. Do not
+make the default float32: with ``--dtype auto`` vLLM *downcasts* a float32 checkpoint to the
+platform's preferred dtype (``vllm/config/model.py`` ``_resolve_auto_dtype``: "Downcasting
+torch.float32 to torch.bfloat16"), so the KV cache would be bf16 while config.json says
+float32. With a bf16 checkpoint the config's dtype is the dtype the engine really uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+# The architecture (kept small: ~0.56 M parameters, ~1 MB on disk in bf16).
+HIDDEN_SIZE = 128
+INTERMEDIATE_SIZE = 256
+NUM_LAYERS = 2
+NUM_HEADS = 4  # head_dim 32
+NUM_KV_HEADS = 2
+MAX_POSITION_EMBEDDINGS = 4096
+VOCAB_TARGET = 1024  # BPE training target; the model's vocab_size is the trained size
+DTYPE = "bfloat16"
+SEED = 0
+
+BOS, EOS, PAD = "<s>", "</s>", "<pad>"
+SPECIAL_TOKENS = [PAD, BOS, EOS]  # ids 0, 1, 2
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "<|{{ message['role'] }}|>\n{{ message['content'] }}{{ eos_token }}\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+_WORDS_TEXT = (
+    "the quick brown fox jumps over lazy dog a an and or but if then else when while for "
+    "to of in on at by with from into over under between after before during since until "
+    "model server token request memory cache block layer head batch prefix length context "
+    "capacity plan engine fit serve tensor weight kernel attention query key value page "
+    "is are was were be been has have had do does did can could will would should may might "
+    "one two three four five six seven eight nine ten hundred thousand million first last "
+    "red green blue yellow black white small large long short fast slow new old good bad "
+    "time day night year week hour minute second people world house water light sound "
+    "hello please thank you yes no maybe always never often sometimes today tomorrow"
+)
+WORDS = _WORDS_TEXT.split()
+
+
+def corpus(num_lines: int = 4000, seed: int = SEED) -> list[str]:
+    """Deterministic English-like lines: words, capitalised words, numbers, punctuation."""
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(num_lines):
+        parts = []
+        for _ in range(rng.randint(6, 24)):
+            r = rng.random()
+            if r < 0.08:
+                parts.append(str(rng.randint(0, 99999)))
+            elif r < 0.16:
+                parts.append(rng.choice(WORDS).capitalize())
+            else:
+                parts.append(rng.choice(WORDS))
+        lines.append(" ".join(parts) + rng.choice([".", "!", "?", ",", ";", ":"]))
+    return lines
+
+
+def build_tokenizer(out_dir: Path):
+    """Train a byte-level BPE and save it as a transformers fast tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_TARGET,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus(), trainer=trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A",
+        pair=f"{BOS} $A {BOS} $B",
+        special_tokens=[(BOS, tok.token_to_id(BOS))],
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        model_max_length=MAX_POSITION_EMBEDDINGS,
+        clean_up_tokenization_spaces=False,
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(str(out_dir))
+    return fast
+
+
+def build_model(out_dir: Path, tokenizer, dtype: str = DTYPE) -> dict:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(SEED)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=HIDDEN_SIZE,
+        intermediate_size=INTERMEDIATE_SIZE,
+        num_hidden_layers=NUM_LAYERS,
+        num_attention_heads=NUM_HEADS,
+        num_key_value_heads=NUM_KV_HEADS,
+        max_position_embeddings=MAX_POSITION_EMBEDDINGS,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        torch_dtype=dtype,
+    )
+    model = LlamaForCausalLM(config).to(getattr(torch, dtype))
+    model.save_pretrained(str(out_dir), safe_serialization=True)
+    # Some transformers releases write "dtype" instead of "torch_dtype"; servefit and older
+    # vLLM read "torch_dtype", so make sure both are present.
+    config_path = out_dir / "config.json"
+    data = json.loads(config_path.read_text())
+    data.setdefault("torch_dtype", dtype)
+    data.setdefault("dtype", dtype)
+    config_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return {
+        "params": sum(p.numel() for p in model.parameters()),
+        "vocab_size": len(tokenizer),
+        "dtype": dtype,
+    }
+
+
+def build(out_dir: Path, dtype: str = DTYPE) -> dict:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    tokenizer = build_tokenizer(out_dir)
+    info = build_model(out_dir, tokenizer, dtype)
+    info["seconds"] = round(time.monotonic() - t0, 2)
+    info["dir"] = str(out_dir)
+    # Written last: its presence marks a complete build (the helper caches on it).
+    (out_dir / "BUILD_INFO.json").write_text(json.dumps(info, indent=2) + "\n")
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--dtype", default=DTYPE, choices=["bfloat16", "float16", "float32"])
+    args = parser.parse_args(argv)
+    info = build(args.out_dir, args.dtype)
+    print(json.dumps(info))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

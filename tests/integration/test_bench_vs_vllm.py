@@ -1,0 +1,61 @@
+"""servefit bench against the real vLLM (CPU) server: counts, exact prompt lengths, cached
+tokens on repeated prefixes, and /metrics deltas. Not absolute speeds."""
+
+from __future__ import annotations
+
+import pytest
+
+from servefit.bench.runner import BenchConfig, run
+from servefit.bench.schedules import Schedule
+from servefit.bench.workloads import WorkloadConfig
+
+pytestmark = pytest.mark.integration
+CPU_BLOCK_TOKENS = 128  # prefix-cache hits come in whole blocks (vLLM CPU block size)
+
+
+def test_random_workload_counts_and_exact_lengths(vllm_server, tmp_path):
+    cfg = BenchConfig(
+        base_urls=(vllm_server.base_url,),
+        workload=WorkloadConfig(num_requests=12, input_len=64, output_len=16),
+        schedule=Schedule(concurrency=4),
+    )
+    result = run(cfg, api_key=None, out_dir=tmp_path)
+    s = result.summary
+    assert (s.successful, s.errored, s.incomplete) == (12, 0, 0)
+    assert s.prompt_tokens_total == 12 * 64  # sized with the server's own /tokenize
+    assert s.completion_tokens_total == 12 * 16  # ignore_eos + min_tokens
+    assert s.token_count_source == "usage"
+    assert s.ttft_s.count == 12 and s.tpot_s.count == 12
+    assert result.server["model"] == "tiny-llama"
+    assert (tmp_path / "requests.jsonl").read_text().count("\n") == 12
+
+
+def test_agent_sessions_hit_the_prefix_cache(vllm_server, tmp_path):
+    cfg = BenchConfig(
+        base_urls=(vllm_server.base_url,),
+        workload=WorkloadConfig(
+            kind="agent",
+            endpoint="chat",
+            num_requests=2,
+            turns=3,
+            system_prompt_len=300,
+            message_len=40,
+            output_len=12,
+        ),
+        schedule=Schedule(concurrency=2),
+    )
+    result = run(cfg, api_key=None, out_dir=tmp_path)
+    assert result.summary.successful == 6
+    turns = {t.turn: t for t in result.turns}
+    assert turns[2].prompt_tokens_mean > turns[1].prompt_tokens_mean > turns[0].prompt_tokens_mean
+    # later turns re-send the system prompt and history: whole cached blocks come back
+    assert turns[1].cached_tokens_mean >= CPU_BLOCK_TOKENS
+    assert turns[2].cached_tokens_mean >= turns[1].cached_tokens_mean
+    for t in result.turns:
+        if t.cached_tokens_mean:
+            assert t.cached_tokens_mean % CPU_BLOCK_TOKENS == 0 or t.requests > 1
+    m = result.server_metrics
+    assert m["prefix_cache_queries_tokens"] > 0
+    assert m["prefix_cache_hits_tokens"] >= CPU_BLOCK_TOKENS
+    assert 0 < m["prefix_cache_hit_rate"] <= 1
+    assert m["generation_tokens"] == 6 * 12

@@ -1,0 +1,236 @@
+"""Start and stop a real vLLM (CPU build) OpenAI-compatible server on a tiny local model.
+
+Used by ``conftest.py``; usable by hand too::
+
+    python tests/integration/vllm_server.py            # start, print the URL, wait for Ctrl-C
+
+The server runs in its own virtual environment (``<repo>/.venv-vllm``, made by
+``scripts/vllm_cpu/install.sh``); this module only needs the standard library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+VLLM_PYTHON = REPO_ROOT / ".venv-vllm" / "bin" / "python"
+INSTALL_SCRIPT = "scripts/vllm_cpu/install.sh"
+MAKE_TINY_MODEL = Path(__file__).resolve().with_name("make_tiny_model.py")
+
+HOST = "127.0.0.1"  # loopback only
+MAX_MODEL_LEN = 4096
+KV_CACHE_SPACE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE: the CPU KV cache, in GiB
+STARTUP_TIMEOUT_S = 240.0
+STOP_GRACE_S = 20.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def build_tiny_model(work_dir: Path, python: Path = VLLM_PYTHON) -> Path:
+    """The tiny model under ``work_dir/tiny-llama``, built once and reused."""
+    model_dir = Path(work_dir) / "tiny-llama"
+    if (model_dir / "BUILD_INFO.json").exists():
+        return model_dir
+    subprocess.run(
+        [str(python), str(MAKE_TINY_MODEL), str(model_dir)],
+        check=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+        timeout=300,
+    )
+    return model_dir
+
+
+def server_command(python: Path, model_dir: Path, port: int) -> list[str]:
+    # `python -m ...api_server`: the `vllm` console script does not run under the
+    # vllm-cpu distribution name.
+    return [
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        "tiny-llama",
+        "--max-model-len",
+        str(MAX_MODEL_LEN),
+        "--enforce-eager",
+        "--enable-prefix-caching",
+        "--enable-prompt-tokens-details",
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+    ]
+
+
+def server_env() -> dict[str, str]:
+    env = dict(os.environ)
+    for key in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):  # servefit's venv, not the server's
+        env.pop(key, None)
+    env.update(
+        VLLM_CPU_KVCACHE_SPACE=str(KV_CACHE_SPACE_GIB),
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+        VLLM_LOGGING_LEVEL="INFO",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+@dataclass
+class VllmServer:
+    base_url: str
+    log_path: Path
+    process: subprocess.Popen
+    model_dir: Path
+    port: int
+    startup_seconds: float
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def _get_json(url: str, timeout: float = 5.0):
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def _log_tail(log_path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(log_path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def start_server(
+    port: int,
+    work_dir: Path,
+    *,
+    python: Path = VLLM_PYTHON,
+    timeout_s: float = STARTUP_TIMEOUT_S,
+) -> tuple[str, Path, subprocess.Popen]:
+    """Build (or reuse) the tiny model, start the server, wait for ``/v1/models``.
+
+    Returns ``(base_url, log_path, process)``. The server is the leader of its own process
+    group, so :func:`stop_server` takes its engine-core child down with it.
+    """
+    server = start(port, work_dir, python=python, timeout_s=timeout_s)
+    return server.base_url, server.log_path, server.process
+
+
+def start(
+    port: int,
+    work_dir: Path,
+    *,
+    python: Path = VLLM_PYTHON,
+    timeout_s: float = STARTUP_TIMEOUT_S,
+) -> VllmServer:
+    """As :func:`start_server`, returning a :class:`VllmServer`."""
+    python = Path(python)
+    if not python.exists():
+        raise FileNotFoundError(
+            f"{python} does not exist: run {INSTALL_SCRIPT} (from the repository root) first"
+        )
+    work_dir = Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    model_dir = build_tiny_model(work_dir, python)
+    log_path = work_dir / f"vllm-server-{port}.log"
+    base_url = f"http://{HOST}:{port}"
+    t0 = time.monotonic()
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            server_command(python, model_dir, port),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=server_env(),
+            cwd=work_dir,
+            start_new_session=True,  # own session and process group
+        )
+    deadline = t0 + timeout_s
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"vLLM server exited with code {process.returncode} during startup; "
+                f"log {log_path}:\n{_log_tail(log_path)}"
+            )
+        try:
+            models = _get_json(f"{base_url}/v1/models", timeout=2.0)
+            if models.get("data"):
+                break
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, ValueError):
+            pass
+        if time.monotonic() > deadline:
+            stop_server(process)
+            raise TimeoutError(
+                f"vLLM server did not answer {base_url}/v1/models within {timeout_s:.0f} s; "
+                f"log {log_path}:\n{_log_tail(log_path)}"
+            )
+        time.sleep(1.0)
+    return VllmServer(
+        base_url=base_url,
+        log_path=log_path,
+        process=process,
+        model_dir=model_dir,
+        port=port,
+        startup_seconds=time.monotonic() - t0,
+    )
+
+
+def stop_server(process: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> int | None:
+    """SIGTERM the server's process group; SIGKILL it if still alive after ``grace_s``."""
+    try:
+        own_group = os.getpgid(process.pid) == process.pid  # started with start_new_session
+    except ProcessLookupError:
+        own_group = False
+
+    def signal_all(sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            if own_group:  # never our own group: only a group the server leads
+                os.killpg(process.pid, sig)
+            elif process.poll() is None:
+                process.send_signal(sig)
+
+    signal_all(signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=grace_s)
+    signal_all(signal.SIGKILL)  # the group may outlive its leader (the engine-core child)
+    try:
+        return process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def main() -> int:
+    work_dir = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO_ROOT / ".vllm-work"
+    port = free_port()
+    server = start(port, work_dir)
+    print(f"{server.base_url} (log {server.log_path}, started in {server.startup_seconds:.1f} s)")
+    try:
+        server.process.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop_server(server.process)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
