@@ -357,3 +357,61 @@ def test_prefix_cache_comparison_runs_cold_then_warm(instant_server, tmp_path):
             strict=True,
         )
     )
+
+
+def test_sweep_and_slo_search_find_the_servers_capacity(tmp_path):
+    # a server that serves 8 requests at once (TTFT 20 ms, 5 ms/token, 8 tokens): beyond 8 in
+    # flight, requests queue and TTFT grows; the highest concurrency with p90 TTFT <= 40 ms is 8
+    server, url = _start_null_server("--ttft-ms", "20", "--itl-ms", "5", "--max-concurrency", "8")
+    try:
+        sweep = subprocess.run(
+            [
+                *SERVEFIT,
+                "bench",
+                url,
+                "--concurrency",
+                "2,16",
+                "--num-requests",
+                "32",
+                "--output-len",
+                "8",
+                "--json",
+                "--output",
+                str(tmp_path / "sweep"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        search = subprocess.run(
+            [
+                *SERVEFIT,
+                "bench",
+                url,
+                "--search-slo",
+                "--slo-ttft-s",
+                "0.04",
+                "--num-requests",
+                "48",
+                "--output-len",
+                "8",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        server.kill()
+    assert sweep.returncode == 0, sweep.stderr
+    doc = json.loads(sweep.stdout)
+    low, high = doc["levels"]
+    assert (low["concurrency"], high["concurrency"]) == (2, 16)
+    assert (
+        high["result"]["summary"]["ttft_s"]["p90"] > 2 * low["result"]["summary"]["ttft_s"]["p90"]
+    )
+    assert (tmp_path / "sweep" / "c16" / "requests.jsonl").exists()
+    result = json.loads(search.stdout)
+    assert result["mode"] == "search" and result["best_concurrency"] == 8
+    tried = [lv["concurrency"] for lv in result["levels"]]
+    assert tried[:5] == [1, 2, 4, 8, 16]

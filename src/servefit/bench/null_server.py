@@ -28,6 +28,7 @@ class NullServerConfig:
     itl_s: float = 0.0
     output_len: int = 16  # used when the request sets no max_tokens
     honor_max_tokens: bool = True
+    max_concurrency: int | None = None  # more requests than this wait their turn (a capacity)
 
 
 def _prompt_text(body: dict[str, Any]) -> str:
@@ -42,6 +43,7 @@ class NullServer:
         self.config = config
         self.requests_total = 0
         self.tokens_total = 0
+        self._slots = asyncio.Semaphore(config.max_concurrency) if config.max_concurrency else None
         self.app = web.Application()
         self.app.add_routes(
             [
@@ -82,6 +84,12 @@ class NullServer:
         return await self._answer(request, chat=True)
 
     async def _answer(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        if self._slots is None:
+            return await self._generate(request, chat=chat)
+        async with self._slots:  # queued requests wait here, as in a server at capacity
+            return await self._generate(request, chat=chat)
+
+    async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         try:
             body = await request.json()
         except json.JSONDecodeError:

@@ -360,7 +360,15 @@ def _preflight(
 @click.option(
     "--output-len", type=int, default=16, show_default=True, help="Tokens when max_tokens is unset."
 )
-def null_server(host: str, port: int, ttft_ms: float, itl_ms: float, output_len: int) -> None:
+@click.option("--max-concurrency", type=int, help="Requests served at once; the rest queue.")
+def null_server(
+    host: str,
+    port: int,
+    ttft_ms: float,
+    itl_ms: float,
+    output_len: int,
+    max_concurrency: int | None,
+) -> None:
     """An OpenAI-compatible server with known timings: the client's own ceiling."""
     from servefit.bench.null_server import NullServerConfig, serve
 
@@ -373,7 +381,12 @@ def null_server(host: str, port: int, ttft_ms: float, itl_ms: float, output_len:
     serve(
         host,
         port,
-        NullServerConfig(ttft_s=ttft_ms / 1000, itl_s=itl_ms / 1000, output_len=output_len),
+        NullServerConfig(
+            ttft_s=ttft_ms / 1000,
+            itl_s=itl_ms / 1000,
+            output_len=output_len,
+            max_concurrency=max_concurrency,
+        ),
     )
 
 
