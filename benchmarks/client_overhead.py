@@ -140,7 +140,9 @@ def moderate_load_lag(url: str) -> float:
     return json.loads(done.stdout)["summary"]["client_lag_s"]["p99"]
 
 
-def aiperf(venv: Path, url: str, requests: int, concurrency: int, workdir: Path) -> float | None:
+def aiperf(
+    venv: Path, url: str, requests: int, concurrency: int, workdir: Path, tokenizer: Path | None
+) -> float | None:
     binary = venv / "bin" / "aiperf"
     if not binary.exists():
         return None
@@ -166,8 +168,7 @@ def aiperf(venv: Path, url: str, requests: int, concurrency: int, workdir: Path)
             str(OUTPUT_TOKENS),
             "--artifact-dir",
             str(out),
-            "--ui-type",
-            "none",
+            *(["--tokenizer", str(tokenizer)] if tokenizer else []),
         ],
         capture_output=True,
         text=True,
@@ -187,6 +188,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--concurrency", type=int, default=256)
     parser.add_argument("--peers-venv", type=Path)
+    parser.add_argument(
+        "--tokenizer", type=Path, help="A local tokenizer directory for aiperf (offline)."
+    )
     args = parser.parse_args()
     server, url = start_server()
     try:
@@ -194,7 +198,9 @@ def main() -> None:
         ours, lag = servefit(url, args.requests, args.concurrency)
         moderate_lag = moderate_load_lag(url)
         peer = (
-            aiperf(args.peers_venv, url, args.requests, args.concurrency, Path("/tmp"))
+            aiperf(
+                args.peers_venv, url, args.requests, args.concurrency, Path("/tmp"), args.tokenizer
+            )
             if args.peers_venv
             else None
         )

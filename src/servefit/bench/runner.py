@@ -105,6 +105,19 @@ async def _scrape(client: OpenAIClient) -> dict[str, float]:
         return {}
 
 
+TIMER_SLACK_S = 0.002  # libuv/asyncio timers fire up to ~1 ms late: sleep short, then yield
+
+
+async def _sleep_until(due: float, clock: Clock) -> None:
+    """Wake at ``due`` within a fraction of a millisecond: a timer sleep to just before,
+    then cooperative yields (the loop keeps serving streams meanwhile)."""
+    delay = due - clock() - TIMER_SLACK_S
+    if delay > 0:
+        await asyncio.sleep(delay)
+    while clock() < due:
+        await asyncio.sleep(0)
+
+
 async def _run_flat(
     client: OpenAIClient,
     requests: list[Request],
@@ -142,9 +155,7 @@ async def _run_flat(
             due = start + offset
             if deadline_s is not None and due >= deadline_s:
                 break
-            delay = due - clock()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            await _sleep_until(due, clock)
             tasks.append(asyncio.create_task(one(request, due)))
         await asyncio.gather(*tasks)
     finally:
