@@ -159,6 +159,17 @@ def _start_null_server(*args: str) -> tuple[subprocess.Popen, str]:
     raise RuntimeError("null server did not start")
 
 
+def _wait_for_records(directory: Path, count: int, timeout_s: float = 60.0) -> None:
+    """Block until the run has written ``count`` records (so others are in flight)."""
+    deadline = time.monotonic() + timeout_s
+    path = directory / "requests.jsonl"
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().count("\n") >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the run wrote fewer than {count} records in {timeout_s} s")
+
+
 def test_server_killed_mid_run(tmp_path):
     server, url = _start_null_server("--itl-ms", "20", "--output-len", "50")
     try:
@@ -181,16 +192,16 @@ def test_server_killed_mid_run(tmp_path):
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(1.5)
+        _wait_for_records(tmp_path, 2)
         server.send_signal(signal.SIGKILL)
         out, err = proc.communicate(timeout=60)
     finally:
         server.kill()
     doc = json.loads(out)
     s = doc["summary"]
-    assert s["incomplete"] >= 1 and s["successful"] + s["errored"] + s["incomplete"] == len(
-        jsonl(tmp_path)
-    )
+    assert s["incomplete"] + s["errored"] >= 1 and s["successful"] + s["errored"] + s[
+        "incomplete"
+    ] == len(jsonl(tmp_path))
     assert "Traceback" not in err
 
 
@@ -215,7 +226,7 @@ def test_ctrl_c_leaves_a_valid_summary(tmp_path):
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(2.5)
+        _wait_for_records(tmp_path, 2)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -415,3 +426,22 @@ def test_sweep_and_slo_search_find_the_servers_capacity(tmp_path):
     assert result["mode"] == "search" and result["best_concurrency"] == 8
     tried = [lv["concurrency"] for lv in result["levels"]]
     assert tried[:5] == [1, 2, 4, 8, 16]
+
+
+def test_server_side_ttft_and_samples(null_server, tmp_path):
+    """The null server's own TTFT histogram (vLLM's metric name) against the client's TTFT:
+    the client adds its network and parsing overhead on top of the server's figure."""
+    result = bench(
+        null_server.url,
+        tmp_path,
+        WorkloadConfig(num_requests=60, input_len=10, output_len=60),
+        Schedule(concurrency=6),
+    )
+    server_ttft = result.server_latency_s["server_ttft_s"]
+    assert 0.01 <= server_ttft["p50"] <= 0.04  # 20 ms configured; buckets (0.02, 0.04] are coarse
+    assert 0.020 <= server_ttft["mean"] <= 0.030  # exact: _sum / _count
+    # the client sees the server's TTFT plus its own network and parsing overhead
+    assert result.summary.ttft_s.mean >= server_ttft["mean"] - 0.001
+    samples = (tmp_path / "server_metrics.jsonl").read_text().splitlines()
+    assert samples and "requests_running" in json.loads(samples[0])
+    assert result.server_peaks["requests_running"] >= 1

@@ -104,3 +104,25 @@ def test_client_bound_warnings():
         "achieved concurrency 1.0 of 4"
         in client_bound_warnings(summarize(lagging), Schedule(concurrency=4))[0]
     )
+
+
+def test_histogram_quantile_matches_prometheus():
+    from servefit.bench.server_metrics import (
+        histogram_quantile,
+        latency_percentiles,
+        parse_histograms,
+    )
+
+    # 10 observations: 2 <= 0.1 s, 8 in (0.1, 0.2]: the median sits 3/8 into (0.1, 0.2]
+    buckets = {0.1: 2.0, 0.2: 10.0, float("inf"): 10.0}
+    assert histogram_quantile(0.5, buckets) == pytest.approx(0.1 + 0.1 * 3 / 8)
+    text = "\n".join(
+        [
+            'vllm:time_to_first_token_seconds_bucket{model_name="m",le="0.1"} 2',
+            'vllm:time_to_first_token_seconds_bucket{model_name="m",le="0.2"} 10',
+            'vllm:time_to_first_token_seconds_bucket{model_name="m",le="+Inf"} 10',
+        ]
+    )
+    before = parse_histograms(text.replace(" 2", " 0").replace(" 10", " 0"))
+    after = parse_histograms(text)
+    assert latency_percentiles(before, after)["server_ttft_s"]["p50"] == pytest.approx(0.1375)

@@ -7,7 +7,17 @@ the weights are random (seeded), and both are written with Hugging Face's own wr
 Runs with the vLLM virtual environment's interpreter (transformers, tokenizers and torch
 are vLLM dependencies; servefit's own environment does not have them)::
 
-    .venv-vllm/bin/python tests/integration/make_tiny_model.py OUT_DIR
+    .venv-vllm/bin/python tests/integration/make_tiny_model.py OUT_DIR [--arch llama|moe|sliding]
+
+``--arch`` picks the architecture (same tokenizer, same width, bf16):
+
+* ``llama`` (default): ``LlamaForCausalLM``, 2 layers, every layer full attention.
+* ``moe``: ``Qwen3MoeForCausalLM`` (model_type ``qwen3_moe``), 2 sparse layers of 4 experts
+  (top-2, 64-wide), q/k norms; the KV cache is the Llama's (4 query, 2 KV heads of 32 dims).
+* ``sliding``: ``Gemma2ForCausalLM``, 4 layers alternating sliding (window 64) and full
+  attention (``layer_types``), 4 query / 2 KV heads of 32 dims. vLLM keeps the two kinds in
+  separate KV-cache groups, and a sliding layer needs only
+  ``cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), block) + 1`` blocks.
 
 The checkpoint is bfloat16 (``--dtype float32`` writes a float32 one). vLLM's CPU backend
 runs bf16, fp16 and fp32 (head size 32 is supported), bf16 included on AVX2-only hosts. Do not
@@ -112,7 +122,84 @@ def build_tokenizer(out_dir: Path):
     return fast
 
 
-def build_model(out_dir: Path, tokenizer, dtype: str = DTYPE) -> dict:
+# --arch moe (Qwen3-MoE): experts and their width; attention as the Llama's
+MOE_NUM_EXPERTS = 4
+MOE_EXPERTS_PER_TOKEN = 2
+MOE_INTERMEDIATE_SIZE = 64
+# --arch sliding (Gemma 2): layers alternate sliding / full; the window is far below 4096
+SLIDING_NUM_LAYERS = 4
+SLIDING_WINDOW = 64
+ARCHS = ("llama", "moe", "sliding")
+
+
+def _special_ids(tokenizer) -> dict:
+    return {
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+
+
+def _moe_model(tokenizer, dtype: str):
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    config = Qwen3MoeConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=HIDDEN_SIZE,
+        intermediate_size=INTERMEDIATE_SIZE,
+        moe_intermediate_size=MOE_INTERMEDIATE_SIZE,
+        num_experts=MOE_NUM_EXPERTS,
+        num_experts_per_tok=MOE_EXPERTS_PER_TOKEN,
+        norm_topk_prob=True,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+        num_hidden_layers=NUM_LAYERS,
+        num_attention_heads=NUM_HEADS,
+        num_key_value_heads=NUM_KV_HEADS,
+        head_dim=HIDDEN_SIZE // NUM_HEADS,
+        max_position_embeddings=MAX_POSITION_EMBEDDINGS,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        use_sliding_window=False,
+        tie_word_embeddings=False,
+        torch_dtype=dtype,
+        **_special_ids(tokenizer),
+    )
+    return Qwen3MoeForCausalLM(config)
+
+
+def _sliding_model(tokenizer, dtype: str):
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    head_dim = HIDDEN_SIZE // NUM_HEADS
+    config = Gemma2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=HIDDEN_SIZE,
+        intermediate_size=INTERMEDIATE_SIZE,
+        num_hidden_layers=SLIDING_NUM_LAYERS,
+        num_attention_heads=NUM_HEADS,
+        num_key_value_heads=NUM_KV_HEADS,
+        head_dim=head_dim,
+        query_pre_attn_scalar=head_dim,
+        sliding_window=SLIDING_WINDOW,
+        # even layers local, odd layers global: transformers' Gemma 2 default pattern
+        layer_types=[
+            "sliding_attention" if i % 2 == 0 else "full_attention"
+            for i in range(SLIDING_NUM_LAYERS)
+        ],
+        max_position_embeddings=MAX_POSITION_EMBEDDINGS,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        torch_dtype=dtype,
+        **_special_ids(tokenizer),
+    )
+    return Gemma2ForCausalLM(config)
+
+
+def build_model(out_dir: Path, tokenizer, dtype: str = DTYPE, arch: str = "llama") -> dict:
+    if arch != "llama":
+        return _build_other_model(out_dir, tokenizer, dtype, arch)
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -149,11 +236,40 @@ def build_model(out_dir: Path, tokenizer, dtype: str = DTYPE) -> dict:
     }
 
 
-def build(out_dir: Path, dtype: str = DTYPE) -> dict:
+def _build_other_model(out_dir: Path, tokenizer, dtype: str, arch: str) -> dict:
+    import torch
+
+    makers = {"moe": _moe_model, "sliding": _sliding_model}
+    if arch not in makers:
+        raise ValueError(f"unknown arch {arch!r}; choose from {', '.join(ARCHS)}")
+    torch.manual_seed(SEED)
+    model = makers[arch](tokenizer, dtype).to(getattr(torch, dtype))
+    model.save_pretrained(str(out_dir), safe_serialization=True)
+    config_path = out_dir / "config.json"
+    data = json.loads(config_path.read_text())
+    data.setdefault("torch_dtype", dtype)
+    data.setdefault("dtype", dtype)
+    if arch == "moe" and "num_local_experts" in data:
+        # transformers 5.x saves Qwen3-MoE's expert count under its attribute_map alias
+        # "num_local_experts"; the published Qwen3-MoE checkpoints (and transformers 4.x)
+        # spell it "num_experts". Write the published spelling: transformers and vLLM read
+        # both, servefit only the published one.
+        data["num_experts"] = data.pop("num_local_experts")
+    config_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return {
+        "arch": arch,
+        "architectures": data.get("architectures"),
+        "params": sum(p.numel() for p in model.parameters()),
+        "vocab_size": len(tokenizer),
+        "dtype": dtype,
+    }
+
+
+def build(out_dir: Path, dtype: str = DTYPE, arch: str = "llama") -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     tokenizer = build_tokenizer(out_dir)
-    info = build_model(out_dir, tokenizer, dtype)
+    info = build_model(out_dir, tokenizer, dtype, arch)
     info["seconds"] = round(time.monotonic() - t0, 2)
     info["dir"] = str(out_dir)
     # Written last: its presence marks a complete build (the helper caches on it).
@@ -165,8 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--dtype", default=DTYPE, choices=["bfloat16", "float16", "float32"])
+    parser.add_argument("--arch", default="llama", choices=ARCHS)
     args = parser.parse_args(argv)
-    info = build(args.out_dir, args.dtype)
+    info = build(args.out_dir, args.dtype, args.arch)
     print(json.dumps(info))
     return 0
 

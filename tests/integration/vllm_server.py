@@ -3,6 +3,7 @@
 Used by ``conftest.py``; usable by hand too::
 
     python tests/integration/vllm_server.py            # start, print the URL, wait for Ctrl-C
+    python tests/integration/vllm_server.py DIR --arch sliding --max-num-batched-tokens 512
 
 The server runs in its own virtual environment (``<repo>/.venv-vllm``, made by
 ``scripts/vllm_cpu/install.sh``); this module only needs the standard library.
@@ -20,6 +21,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,13 +43,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def build_tiny_model(work_dir: Path, python: Path = VLLM_PYTHON) -> Path:
-    """The tiny model under ``work_dir/tiny-llama``, built once and reused."""
-    model_dir = Path(work_dir) / "tiny-llama"
+def model_name(arch: str = "llama") -> str:
+    """The served model name (and directory name) of one ``make_tiny_model.py --arch``."""
+    return f"tiny-{arch}"
+
+
+def build_tiny_model(work_dir: Path, python: Path = VLLM_PYTHON, arch: str = "llama") -> Path:
+    """The tiny model under ``work_dir/tiny-<arch>``, built once and reused."""
+    model_dir = Path(work_dir) / model_name(arch)
     if (model_dir / "BUILD_INFO.json").exists():
         return model_dir
+    arch_args = [] if arch == "llama" else ["--arch", arch]
     subprocess.run(
-        [str(python), str(MAKE_TINY_MODEL), str(model_dir)],
+        [str(python), str(MAKE_TINY_MODEL), str(model_dir), *arch_args],
         check=True,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
         timeout=300,
@@ -55,7 +63,14 @@ def build_tiny_model(work_dir: Path, python: Path = VLLM_PYTHON) -> Path:
     return model_dir
 
 
-def server_command(python: Path, model_dir: Path, port: int) -> list[str]:
+def server_command(
+    python: Path,
+    model_dir: Path,
+    port: int,
+    *,
+    served_model_name: str = "tiny-llama",
+    extra_args: Sequence[str] = (),
+) -> list[str]:
     # `python -m ...api_server`: the `vllm` console script does not run under the
     # vllm-cpu distribution name.
     return [
@@ -65,7 +80,7 @@ def server_command(python: Path, model_dir: Path, port: int) -> list[str]:
         "--model",
         str(model_dir),
         "--served-model-name",
-        "tiny-llama",
+        served_model_name,
         "--max-model-len",
         str(MAX_MODEL_LEN),
         "--enforce-eager",
@@ -75,6 +90,7 @@ def server_command(python: Path, model_dir: Path, port: int) -> list[str]:
         HOST,
         "--port",
         str(port),
+        *extra_args,
     ]
 
 
@@ -102,6 +118,9 @@ class VllmServer:
     model_dir: Path
     port: int
     startup_seconds: float
+    arch: str = "llama"
+    served_model_name: str = "tiny-llama"
+    extra_args: tuple[str, ...] = ()
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -141,8 +160,15 @@ def start(
     *,
     python: Path = VLLM_PYTHON,
     timeout_s: float = STARTUP_TIMEOUT_S,
+    arch: str = "llama",
+    extra_args: Sequence[str] = (),
 ) -> VllmServer:
-    """As :func:`start_server`, returning a :class:`VllmServer`."""
+    """As :func:`start_server`, returning a :class:`VllmServer`.
+
+    ``arch`` is ``make_tiny_model.py --arch`` (llama, moe, sliding); the model is served
+    as ``tiny-<arch>``. ``extra_args`` are appended to the server's command line (e.g.
+    ``["--max-num-batched-tokens", "512"]``).
+    """
     python = Path(python)
     if not python.exists():
         raise FileNotFoundError(
@@ -150,13 +176,15 @@ def start(
         )
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
-    model_dir = build_tiny_model(work_dir, python)
+    model_dir = build_tiny_model(work_dir, python, arch)
+    name = model_name(arch)
+    extra = tuple(str(a) for a in extra_args)
     log_path = work_dir / f"vllm-server-{port}.log"
     base_url = f"http://{HOST}:{port}"
     t0 = time.monotonic()
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            server_command(python, model_dir, port),
+            server_command(python, model_dir, port, served_model_name=name, extra_args=extra),
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -191,6 +219,9 @@ def start(
         model_dir=model_dir,
         port=port,
         startup_seconds=time.monotonic() - t0,
+        arch=arch,
+        served_model_name=name,
+        extra_args=extra,
     )
 
 
@@ -218,10 +249,15 @@ def stop_server(process: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> int
         return None
 
 
-def main() -> int:
-    work_dir = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO_ROOT / ".vllm-work"
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="start a vLLM CPU server on a tiny model")
+    parser.add_argument("work_dir", nargs="?", type=Path, default=REPO_ROOT / ".vllm-work")
+    parser.add_argument("--arch", default="llama", help="make_tiny_model.py --arch")
+    args, extra = parser.parse_known_args(argv)  # unknown flags go to the server
     port = free_port()
-    server = start(port, work_dir)
+    server = start(port, args.work_dir, arch=args.arch, extra_args=extra)
     print(f"{server.base_url} (log {server.log_path}, started in {server.startup_seconds:.1f} s)")
     try:
         server.process.wait()

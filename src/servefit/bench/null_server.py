@@ -19,6 +19,23 @@ from typing import Any
 from aiohttp import web
 
 MODEL_ID = "servefit-null"
+TTFT_BUCKETS_S = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
 HANG_S = 30.0  # __HANG__: stop sending (long enough for any client timeout in tests)
 
 
@@ -44,6 +61,9 @@ class NullServer:
         self.requests_total = 0
         self.tokens_total = 0
         self._slots = asyncio.Semaphore(config.max_concurrency) if config.max_concurrency else None
+        self.running = 0
+        self.ttft_buckets = [0] * (len(TTFT_BUCKETS_S) + 1)  # the last is +Inf
+        self.ttft_sum_s = 0.0
         self.app = web.Application()
         self.app.add_routes(
             [
@@ -70,11 +90,24 @@ class NullServer:
         )
 
     async def metrics(self, _: web.Request) -> web.Response:
+        label = f'model_name="{MODEL_ID}"'
         lines = [
-            "# TYPE vllm:prompt_tokens_total counter",
-            f'vllm:generation_tokens_total{{model_name="{MODEL_ID}"}} {self.tokens_total}',
-            f'vllm:request_success_total{{model_name="{MODEL_ID}"}} {self.requests_total}',
+            "# TYPE vllm:generation_tokens_total counter",
+            f"vllm:generation_tokens_total{{{label}}} {self.tokens_total}",
+            f"vllm:request_success_total{{{label}}} {self.requests_total}",
+            "# TYPE vllm:num_requests_running gauge",
+            f"vllm:num_requests_running{{{label}}} {self.running}",
+            "# TYPE vllm:time_to_first_token_seconds histogram",
         ]
+        cumulative = 0
+        for bound, count in zip((*TTFT_BUCKETS_S, float("inf")), self.ttft_buckets, strict=True):
+            cumulative += count
+            le = "+Inf" if bound == float("inf") else repr(bound)
+            lines.append(
+                f'vllm:time_to_first_token_seconds_bucket{{{label},le="{le}"}} {cumulative}'
+            )
+        lines.append(f"vllm:time_to_first_token_seconds_count{{{label}}} {cumulative}")
+        lines.append(f"vllm:time_to_first_token_seconds_sum{{{label}}} {self.ttft_sum_s}")
         return web.Response(text="\n".join(lines) + "\n")
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -84,12 +117,23 @@ class NullServer:
         return await self._answer(request, chat=True)
 
     async def _answer(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        arrived = time.perf_counter()
         if self._slots is None:
-            return await self._generate(request, chat=chat)
+            return await self._generate(request, chat=chat, arrived=arrived)
         async with self._slots:  # queued requests wait here, as in a server at capacity
-            return await self._generate(request, chat=chat)
+            return await self._generate(request, chat=chat, arrived=arrived)
 
-    async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+    def _observe_ttft(self, seconds: float) -> None:
+        self.ttft_sum_s += seconds
+        for i, bound in enumerate(TTFT_BUCKETS_S):
+            if seconds <= bound:
+                self.ttft_buckets[i] += 1
+                return
+        self.ttft_buckets[-1] += 1
+
+    async def _generate(
+        self, request: web.Request, *, chat: bool, arrived: float
+    ) -> web.StreamResponse:
         try:
             body = await request.json()
         except json.JSONDecodeError:
@@ -151,21 +195,20 @@ class NullServer:
 
         if self.config.ttft_s:
             await asyncio.sleep(self.config.ttft_s)
-        for i in range(n):
-            if i and self.config.itl_s:
-                await asyncio.sleep(self.config.itl_s)
-            if "__DISCONNECT__" in prompt and i == min(3, n - 1):
-                request.transport.close()  # type: ignore[union-attr]
-                return response
-            if "__MALFORMED__" in prompt and i == min(2, n - 1):
-                await send("{this is not json")
-                continue
-            if "__HANG__" in prompt and i == min(2, n - 1):
-                await asyncio.sleep(HANG_S)
-            await send(chunk(" tok", "length" if i == n - 1 else None))
+        self.running += 1
+        try:
+            await self._stream_tokens(n, prompt, send, chunk, request, arrived)
+        except _DisconnectedError:
+            return response
+        finally:
+            self.running -= 1
         self.tokens_total += n
-        options = body.get("stream_options") or {}
-        if options.get("include_usage"):
+        if (body.get("stream_options") or {}).get("include_usage"):
+            usage = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": n,
+                "total_tokens": prompt_tokens + n,
+            }
             await send(
                 {
                     "id": "null",
@@ -173,16 +216,34 @@ class NullServer:
                     "created": created,
                     "model": MODEL_ID,
                     "choices": [],
-                    "usage": {
-                        "prompt_tokens": prompt_tokens,
-                        "completion_tokens": n,
-                        "total_tokens": prompt_tokens + n,
-                    },
+                    "usage": usage,
                 }
             )
         await send("[DONE]")
         await response.write_eof()
         return response
+
+    async def _stream_tokens(
+        self, n: int, prompt: str, send: Any, chunk: Any, request: web.Request, arrived: float
+    ) -> None:
+        for i in range(n):
+            if i and self.config.itl_s:
+                await asyncio.sleep(self.config.itl_s)
+            if "__DISCONNECT__" in prompt and i == min(3, n - 1):
+                request.transport.close()  # type: ignore[union-attr]
+                raise _DisconnectedError
+            if "__MALFORMED__" in prompt and i == min(2, n - 1):
+                await send("{this is not json")
+                continue
+            if "__HANG__" in prompt and i == min(2, n - 1):
+                await asyncio.sleep(HANG_S)
+            await send(chunk(" tok", "length" if i == n - 1 else None))
+            if i == 0:
+                self._observe_ttft(time.perf_counter() - arrived)
+
+
+class _DisconnectedError(Exception):
+    """The fault-injected disconnect: stop writing to a closed connection."""
 
 
 def serve(host: str, port: int, config: NullServerConfig) -> None:

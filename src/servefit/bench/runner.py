@@ -53,6 +53,8 @@ class BenchResult(BaseModel):
     summary: Summary
     turns: list[TurnStats]
     server_metrics: dict[str, float]
+    server_latency_s: dict[str, dict[str, float]]  # server-side percentiles over the run
+    server_peaks: dict[str, float]  # highest gauge values sampled during the run
     warnings: list[str]
     prefix_cache_comparison: list[CacheComparison] | None = None
 
@@ -95,14 +97,50 @@ class BenchConfig:
     session_affinity: bool = False
 
 
-async def _scrape(client: OpenAIClient) -> dict[str, float]:
+SAMPLE_INTERVAL_S = 1.0  # /metrics while the run goes on
+
+
+@dataclass(slots=True)
+class Scrape:
+    counters: dict[str, float] = field(default_factory=dict)
+    histograms: dict[str, dict[float, float]] = field(default_factory=dict)
+    raw: dict[str, float] = field(default_factory=dict)
+
+
+async def _scrape(client: OpenAIClient) -> Scrape:
     try:
         async with client.session.get(f"{client.base_urls[0]}/metrics") as resp:
             if resp.status != 200:
-                return {}
-            return server_metrics.normalise(server_metrics.parse_prometheus(await resp.text()))
+                return Scrape()
+            text = await resp.text()
     except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
-        return {}
+        return Scrape()
+    raw = server_metrics.parse_prometheus(text)
+    return Scrape(
+        counters=server_metrics.normalise(raw),
+        histograms=server_metrics.parse_histograms(text),
+        raw=raw,
+    )
+
+
+async def _sample(
+    client: OpenAIClient, clock: Clock, directory: Path | None, peaks: dict[str, float]
+) -> None:
+    """Gauges about once a second, appended to server_metrics.jsonl as they come."""
+    handle = (directory / "server_metrics.jsonl").open("a", encoding="utf-8") if directory else None
+    try:
+        while True:
+            await asyncio.sleep(SAMPLE_INTERVAL_S)
+            scrape = await _scrape(client)
+            gauges = {k: v for k, v in scrape.counters.items() if k in server_metrics.GAUGES}
+            for name, value in gauges.items():
+                peaks[name] = max(peaks.get(name, value), value)
+            if handle is not None and gauges:
+                handle.write(json.dumps({"t_s": round(clock(), 3), **gauges}) + "\n")
+                handle.flush()
+    finally:
+        if handle is not None:
+            handle.close()
 
 
 TIMER_SLACK_S = 0.002  # libuv/asyncio timers fire up to ~1 ms late: sleep short, then yield
@@ -296,8 +334,9 @@ async def run_bench(cfg: BenchConfig, *, api_key: str | None, out_dir: Path | No
     interrupted = False
     warnings: list[str] = []
     server: dict[str, Any] = {"base_urls": list(cfg.base_urls)}
-    before: dict[str, float] = {}
-    after: dict[str, float] = {}
+    before = after = Scrape()
+    peaks: dict[str, float] = {}
+    sampler: asyncio.Task[None] | None = None
     client = OpenAIClient(
         list(cfg.base_urls),
         model=cfg.model,
@@ -311,6 +350,8 @@ async def run_bench(cfg: BenchConfig, *, api_key: str | None, out_dir: Path | No
                 client.model = await client.discover_model()
             server["model"] = client.model
             before = await _scrape(client)
+            if before.counters:
+                sampler = asyncio.create_task(_sample(client, clock, out_dir, peaks))
             if cfg.workload.kind == "agent":
                 await _run_agents(client, cfg, clock, writer)
             else:
@@ -325,6 +366,8 @@ async def run_bench(cfg: BenchConfig, *, api_key: str | None, out_dir: Path | No
                     )
                 deadline = clock() + cfg.duration_s if cfg.duration_s else None
                 await _run_flat(client, requests, cfg.schedule, clock, writer, deadline)
+            if sampler is not None:
+                sampler.cancel()
             after = await _scrape(client)
     except (asyncio.CancelledError, KeyboardInterrupt):
         interrupted = True
@@ -334,6 +377,8 @@ async def run_bench(cfg: BenchConfig, *, api_key: str | None, out_dir: Path | No
         warnings.append(f"server answered unexpectedly: {exc}")
     finally:
         writer.close()
+        if sampler is not None:
+            sampler.cancel()
     if interrupted:
         warnings.append("interrupted: requests in flight were recorded as incomplete")
     summary = summarize(writer.records, cfg.slo)
@@ -346,7 +391,13 @@ async def run_bench(cfg: BenchConfig, *, api_key: str | None, out_dir: Path | No
         interrupted=interrupted,
         summary=summary,
         turns=turn_stats(writer.records),
-        server_metrics=server_metrics.deltas(before, after) if before and after else {},
+        server_metrics=server_metrics.deltas(before.counters, after.counters)
+        if before.counters and after.counters
+        else {},
+        server_latency_s=server_metrics.latency_percentiles(
+            before.histograms, after.histograms, before.raw, after.raw
+        ),
+        server_peaks=peaks,
         warnings=warnings,
     )
     if out_dir is not None:

@@ -40,6 +40,7 @@ NAMES: dict[str, tuple[str, ...]] = {
         "llamacpp:kv_cache_usage_ratio",
     ),
 }
+GAUGES = ("requests_running", "requests_waiting", "kv_cache_usage")
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
 
@@ -76,7 +77,7 @@ def deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float
     """Counter increases over a run (gauges keep their final value)."""
     out = {}
     for name, value in after.items():
-        if name in ("requests_running", "requests_waiting", "kv_cache_usage"):
+        if name in GAUGES:
             out[name] = value
         elif name in before:
             out[name] = value - before[name]
@@ -84,4 +85,95 @@ def deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float
         out["prefix_cache_hit_rate"] = (
             out.get("prefix_cache_hits_tokens", 0.0) / out["prefix_cache_queries_tokens"]
         )
+    return out
+
+
+# Server-side latency histograms (seconds), by engine.
+HISTOGRAMS: dict[str, tuple[str, ...]] = {
+    "server_ttft_s": ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"),
+    "server_e2e_s": ("vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds"),
+    "server_itl_s": (
+        "vllm:inter_token_latency_seconds",
+        "vllm:time_per_output_token_seconds",
+        "sglang:inter_token_latency_seconds",
+    ),
+}
+_LE = re.compile(r'le="([^"]+)"')
+
+
+def parse_histograms(text: str) -> dict[str, dict[float, float]]:
+    """Cumulative bucket counts per histogram name (``_bucket`` samples, labels other than
+    ``le`` summed)."""
+    out: dict[str, dict[float, float]] = {}
+    for line in text.splitlines():
+        if "_bucket" not in line or line.startswith("#"):
+            continue
+        match = _LINE.match(line)
+        if not match or not match.group(1).endswith("_bucket"):
+            continue
+        le = _LE.search(match.group(2) or "")
+        if not le:
+            continue
+        try:
+            bound = float(le.group(1))
+            value = float(match.group(3))
+        except ValueError:
+            continue
+        buckets = out.setdefault(match.group(1)[: -len("_bucket")], {})
+        buckets[bound] = buckets.get(bound, 0.0) + value
+    return out
+
+
+def histogram_quantile(q: float, buckets: dict[float, float]) -> float | None:
+    """Prometheus' histogram_quantile: linear interpolation inside the bucket holding rank q."""
+    bounds = sorted(buckets)
+    if not bounds:
+        return None
+    total = buckets[bounds[-1]]
+    if total <= 0:
+        return None
+    rank = q * total
+    previous_bound, previous_count = 0.0, 0.0
+    for bound in bounds:
+        count = buckets[bound]
+        if count >= rank:
+            if math.isinf(bound):
+                return previous_bound
+            if count == previous_count:
+                return bound
+            return previous_bound + (bound - previous_bound) * (rank - previous_count) / (
+                count - previous_count
+            )
+        previous_bound, previous_count = bound, count
+    return previous_bound
+
+
+def latency_percentiles(
+    before: dict[str, dict[float, float]],
+    after: dict[str, dict[float, float]],
+    raw_before: dict[str, float] | None = None,
+    raw_after: dict[str, float] | None = None,
+) -> dict[str, dict[str, float]]:
+    """p50/p90/p99 of each server-side latency over the run (bucket deltas, as coarse as the
+    server's buckets) and the exact mean (``_sum`` / ``_count`` deltas)."""
+    out: dict[str, dict[str, float]] = {}
+    raw_before, raw_after = raw_before or {}, raw_after or {}
+    for name, candidates in HISTOGRAMS.items():
+        for candidate in candidates:
+            if candidate not in after:
+                continue
+            start = before.get(candidate, {})
+            delta = {b: c - start.get(b, 0.0) for b, c in after[candidate].items()}
+            values = {f"p{int(q * 100)}": histogram_quantile(q, delta) for q in (0.5, 0.9, 0.99)}
+            if all(v is not None for v in values.values()):
+                out[name] = {k: float(v) for k, v in values.items() if v is not None}
+                count = raw_after.get(candidate + "_count", 0.0) - raw_before.get(
+                    candidate + "_count", 0.0
+                )
+                total = raw_after.get(candidate + "_sum", 0.0) - raw_before.get(
+                    candidate + "_sum", 0.0
+                )
+                if count > 0:
+                    out[name]["mean"] = total / count
+            break
     return out
