@@ -445,3 +445,36 @@ def test_server_side_ttft_and_samples(null_server, tmp_path):
     samples = (tmp_path / "server_metrics.jsonl").read_text().splitlines()
     assert samples and "requests_running" in json.loads(samples[0])
     assert result.server_peaks["requests_running"] >= 1
+
+
+def test_trace_replay_sends_at_the_recorded_times(instant_server, tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    stamps = [0.0, 0.2, 0.2, 0.5, 0.9]
+    trace.write_text(
+        "\n".join(
+            json.dumps({"prompt": f"hello {i}", "max_tokens": 4, "timestamp_s": t})
+            for i, t in enumerate(stamps)
+        )
+    )
+    out = tmp_path / "out"
+    cfg = BenchConfig(
+        base_urls=(instant_server.url,),
+        workload=WorkloadConfig(kind="jsonl", path=str(trace), output_len=4),
+        schedule=Schedule(is_replay=True, time_scale=0.5),
+    )
+    result = run(cfg, api_key=None, out_dir=out)
+    assert result.summary.successful == 5
+    rows = sorted(jsonl(out), key=lambda r: r["request_id"])
+    start = rows[0]["scheduled_s"]
+    assert [round(r["scheduled_s"] - start, 3) for r in rows] == [t * 0.5 for t in stamps]
+    assert max(r["sent_s"] - r["scheduled_s"] for r in rows) < 0.05
+
+
+def test_replay_needs_a_dataset():
+    done = subprocess.run(
+        [*SERVEFIT, "bench", "http://127.0.0.1:9", "--replay"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "--replay needs --workload jsonl" in done.stderr

@@ -38,6 +38,7 @@ class Request:
     session_id: int | None = None
     turn: int | None = None
     is_warmup: bool = False
+    arrival_s: float | None = None  # trace replay: when to send, from the start of the run
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -64,6 +64,7 @@ class ResultWriter:
     """Appends each record to requests.jsonl as it completes (nothing held back)."""
 
     directory: Path | None
+    listener: Callable[[RequestRecord], None] | None = None  # e.g. a progress bar
     records: list[RequestRecord] = field(default_factory=list)
     _file: Any = None
 
@@ -77,6 +78,8 @@ class ResultWriter:
         if self._file is not None:
             self._file.write(record.model_dump_json() + "\n")
             self._file.flush()
+        if self.listener is not None:
+            self.listener(record)
 
     def close(self) -> None:
         if self._file is not None:
@@ -186,10 +189,14 @@ async def _run_flat(
         async with cap:  # waiting here shows up as client lag (scheduled vs sent)
             await client.send(request, scheduled_s=scheduled, clock=clock, on_done=sink)
 
+    if schedule.is_replay:
+        if any(r.arrival_s is None for r in requests):
+            raise ValueError("trace replay needs a timestamp_s on every dataset line")
+        offsets = [(r.arrival_s or 0.0) * schedule.time_scale for r in requests]
+    else:
+        offsets = schedule.arrival_offsets_s(len(requests))
     try:
-        for request, offset in zip(
-            requests, schedule.arrival_offsets_s(len(requests)), strict=True
-        ):
+        for request, offset in zip(requests, offsets, strict=True):
             due = start + offset
             if deadline_s is not None and due >= deadline_s:
                 break
@@ -327,9 +334,15 @@ def turn_stats(records: list[RequestRecord]) -> list[TurnStats]:
     return out
 
 
-async def run_bench(cfg: BenchConfig, *, api_key: str | None, out_dir: Path | None) -> BenchResult:
+async def run_bench(
+    cfg: BenchConfig,
+    *,
+    api_key: str | None,
+    out_dir: Path | None,
+    listener: Callable[[RequestRecord], None] | None = None,
+) -> BenchResult:
     """Run one benchmark; always returns a result, also when interrupted."""
-    writer = ResultWriter(out_dir)
+    writer = ResultWriter(out_dir, listener)
     clock = Clock()
     interrupted = False
     warnings: list[str] = []
@@ -415,7 +428,13 @@ def _config_dict(cfg: BenchConfig) -> dict[str, Any]:
     return json.loads(json.dumps(out, default=str))
 
 
-def run(cfg: BenchConfig, *, api_key: str | None, out_dir: Path | None) -> BenchResult:
+def run(
+    cfg: BenchConfig,
+    *,
+    api_key: str | None,
+    out_dir: Path | None,
+    listener: Callable[[RequestRecord], None] | None = None,
+) -> BenchResult:
     """Synchronous entry point (uvloop when available)."""
     loop_factory = None
     with contextlib.suppress(ImportError):
@@ -423,7 +442,7 @@ def run(cfg: BenchConfig, *, api_key: str | None, out_dir: Path | None) -> Bench
 
         loop_factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        return runner.run(run_bench(cfg, api_key=api_key, out_dir=out_dir))
+        return runner.run(run_bench(cfg, api_key=api_key, out_dir=out_dir, listener=listener))
 
 
 def run_cache_comparison(

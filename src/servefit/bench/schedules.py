@@ -15,8 +15,14 @@ class Schedule:
     rate_per_s: float | None = None  # open loop: mean arrivals per second
     burstiness: float = 1.0  # gamma shape of inter-arrival times; 1 = Poisson, < 1 burstier
     seed: int = 0
+    is_replay: bool = False  # send at the dataset's own timestamps (trace replay)
+    time_scale: float = 1.0  # replay: 0.5 = twice as fast
 
     def __post_init__(self) -> None:
+        if self.is_replay:
+            if self.time_scale <= 0:
+                raise InvalidArgumentError("--time-scale must be positive")
+            return
         if self.concurrency is None and self.rate_per_s is None:
             raise InvalidArgumentError("give --concurrency, --request-rate, or both")
         if self.concurrency is not None and self.concurrency < 1:
@@ -28,7 +34,7 @@ class Schedule:
 
     @property
     def is_open_loop(self) -> bool:
-        return self.rate_per_s is not None
+        return self.rate_per_s is not None or self.is_replay
 
     def arrival_offsets_s(self, count: int) -> list[float]:
         """Send times (seconds from the start) of ``count`` open-loop arrivals."""
@@ -44,6 +50,8 @@ class Schedule:
         return out
 
     def describe(self) -> str:
+        if self.is_replay:
+            return f"trace replay at {1 / self.time_scale:g}x speed"
         if self.rate_per_s is None:
             return f"closed loop, concurrency {self.concurrency}"
         kind = "Poisson" if self.burstiness == 1 else f"gamma (burstiness {self.burstiness:g})"

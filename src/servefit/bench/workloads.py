@@ -311,12 +311,14 @@ def _request(
 
 
 def _from_jsonl(cfg: WorkloadConfig) -> list[Request]:
+    """One request per line: ``{"prompt": ...}`` or ``{"messages": [...]}``, optional
+    ``max_tokens`` and ``timestamp_s`` (seconds from the start, for trace replay)."""
     path = Path(cfg.path or "")
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise InvalidArgumentError(f"--dataset {path}: cannot be read ({exc.strerror})") from None
-    requests = []
+    requests: list[Request] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -324,35 +326,35 @@ def _from_jsonl(cfg: WorkloadConfig) -> list[Request]:
             item = json.loads(line)
         except json.JSONDecodeError:
             raise InvalidArgumentError(f"--dataset {path}, line {number}: not JSON") from None
-        max_tokens = int(item.get("max_tokens", cfg.output_len))
-        i = len(requests)
-        if "messages" in item:
-            requests.append(
-                Request(
-                    request_id=i,
-                    endpoint="chat",
-                    messages=item["messages"],
-                    max_tokens=max_tokens,
-                    ignore_eos=cfg.ignore_eos,
-                )
-            )
-        elif "prompt" in item:
-            requests.append(
-                Request(
-                    request_id=i,
-                    endpoint=cfg.endpoint,
-                    prompt=str(item["prompt"]),
-                    messages=[{"role": "user", "content": str(item["prompt"])}]
-                    if cfg.endpoint == "chat"
-                    else None,
-                    max_tokens=max_tokens,
-                    ignore_eos=cfg.ignore_eos,
-                )
-            )
-        else:
+        if not isinstance(item, dict) or not ("messages" in item or "prompt" in item):
             raise InvalidArgumentError(
                 f"--dataset {path}, line {number}: needs 'prompt' or 'messages'"
             )
+        try:
+            max_tokens = int(item.get("max_tokens", cfg.output_len))
+            arrival = float(item["timestamp_s"]) if "timestamp_s" in item else None
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(
+                f"--dataset {path}, line {number}: max_tokens and timestamp_s must be numbers"
+            ) from None
+        if "messages" in item:
+            endpoint, prompt, messages = "chat", None, item["messages"]
+        elif cfg.endpoint == "chat":
+            endpoint, prompt = "chat", None
+            messages = [{"role": "user", "content": str(item["prompt"])}]
+        else:
+            endpoint, prompt, messages = "completions", str(item["prompt"]), None
+        requests.append(
+            Request(
+                request_id=len(requests),
+                endpoint=endpoint,
+                prompt=prompt,
+                messages=messages,
+                max_tokens=max_tokens,
+                ignore_eos=cfg.ignore_eos,
+                arrival_s=arrival,
+            )
+        )
         if len(requests) >= cfg.num_requests:
             break
     if not requests:

@@ -6,8 +6,10 @@ config servefit cannot interpret).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -468,6 +470,12 @@ def null_server(
 )
 @click.option("--dataset", help="jsonl: prompts or conversations, one JSON object per line.")
 @click.option(
+    "--replay", is_flag=True, help="jsonl: send each line at its timestamp_s (trace replay)."
+)
+@click.option(
+    "--time-scale", type=float, default=1.0, show_default=True, help="Replay: 0.5 = 2x faster."
+)
+@click.option(
     "--ignore-eos/--no-ignore-eos",
     default=True,
     show_default=True,
@@ -513,6 +521,8 @@ def bench(
     think_time_s: float,
     prefix_cache_compare: bool,
     dataset: str | None,
+    replay: bool,
+    time_scale: float,
     ignore_eos: bool,
     seed: int,
     warmup: int,
@@ -551,6 +561,8 @@ def bench(
             )
         if prefix_cache_compare and workload != "agent":
             raise ServefitError("--prefix-cache-compare needs --workload agent")
+        if replay and workload != "jsonl":
+            raise ServefitError("--replay needs --workload jsonl with timestamp_s on every line")
         cfg = BenchConfig(
             base_urls=(url, *replicas),
             workload=WorkloadConfig(
@@ -571,6 +583,8 @@ def bench(
             ),
             schedule=Schedule(
                 concurrency=concurrencies[0] if concurrencies else (1 if search_slo else None),
+                is_replay=replay,
+                time_scale=time_scale,
                 rate_per_s=rates[0] if rates and not search_slo else None,
                 burstiness=burstiness,
                 seed=seed,
@@ -638,8 +652,11 @@ def bench(
         elif search_slo:
             click.echo(f"highest concurrency meeting the SLOs at p{slo_percentile}: {best}")
         sys.exit(0 if levels and all(lv["result"]["summary"]["successful"] for lv in levels) else 1)
-    runner = run_cache_comparison if prefix_cache_compare else run
-    result = runner(cfg, api_key=api_key, out_dir=out)
+    if prefix_cache_compare:
+        result = run_cache_comparison(cfg, api_key=api_key, out_dir=out)
+    else:
+        with _progress(as_json, num_requests * (turns if workload == "agent" else 1)) as listener:
+            result = run(cfg, api_key=api_key, out_dir=out, listener=listener)
     if as_json:
         click.echo(result.model_dump_json(indent=2))
     else:
@@ -649,6 +666,27 @@ def bench(
 
         render_bench(result, Console())
     sys.exit(0 if result.summary.successful and not result.interrupted else 1)
+
+
+@contextlib.contextmanager
+def _progress(quiet: bool, total: int) -> Iterator[Any]:
+    """A live progress bar on an interactive stderr; nothing otherwise."""
+    if quiet or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("requests", total=total)
+        yield lambda record: bar.advance(task)
 
 
 def _levels(flag: str, text: str | None, kind: Any) -> list[Any]:

@@ -1,0 +1,224 @@
+"""servefit's capacity planner against a real vLLM 0.32 engine (CPU build) on two more
+architectures: a tiny MoE and a tiny sliding-window hybrid.
+
+Each architecture gets its own server (``make_tiny_model.py --arch moe|sliding``), started
+by a module-scoped fixture that reads what the engine built (startup log and ``/metrics``),
+sends one completion, and stops the server before any test runs: one server at a time.
+
+* ``moe``: ``Qwen3MoeForCausalLM``, 2 layers of 4 experts (top-2), 2 KV heads of 32 dims,
+  bf16. The KV cache does not see the experts: it is the Llama's (64 KiB a block id),
+  observed with vLLM 0.32.0 CPU::
+
+      CPU KV cache size: 2,097,152 tokens, Maximum concurrency for 4,096 tokens per
+          request: 512.00x
+
+* ``sliding``: ``Gemma2ForCausalLM``, 4 layers alternating sliding (window 64) and full
+  attention, 2 KV heads of 32 dims, bf16, served with ``--max-num-batched-tokens 512``.
+  vLLM puts the 2 sliding and the 2 full layers in two KV-cache groups of 2 layers sharing
+  one pool (a block id costs 2 x 32 KiB: 1 GiB = 16,384 blocks). A 4,096-token request
+  needs cdiv(4096, 128) = 32 blocks in the full group and
+  ``SlidingWindowSpec.max_admission_blocks_per_request`` =
+  cdiv(min(64 - 1 + 512, 4096), 128) + 1 = 6 in the sliding group: 16,384 / 38 = 431.16x,
+  printed as int(431.16 x 4096) tokens::
+
+      CPU KV cache size: 1,766,022 tokens, Maximum concurrency for 4,096 tokens per
+          request: 431.16x
+
+  (vLLM 0.32 counts ``max_in_flight_tokens`` = max_concurrent_batches x
+  max_num_batched_tokens; the CPU platform turns async scheduling off, so that is 1 x 512.)
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shutil
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from servefit.adapters.model_source import load_model
+from servefit.core.hardware import custom_gpu
+from servefit.core.plan import ServeSettings, plan_capacity
+from servefit.errors import UnsupportedArchitectureError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import vllm_server as helper
+from test_planner_vs_vllm import GIB, REL_TOL, cache_config_info, parse_startup_log
+
+pytestmark = pytest.mark.integration
+
+MAX_NUM_SEQS = 128  # vLLM's CPU default for the API server (engine/arg_utils.py)
+ARCHS = {
+    # the CPU API server's default max_num_batched_tokens is 2048: given explicitly so the
+    # plan uses what the server ran with
+    "moe": {"architecture": "Qwen3MoeForCausalLM", "max_num_batched_tokens": 2048},
+    # small enough that the 64-token window cuts a sliding layer's need (6 blocks, not 32)
+    "sliding": {"architecture": "Gemma2ForCausalLM", "max_num_batched_tokens": 512},
+}
+
+RESOLVED_ARCH_RE = re.compile(r"Resolved architecture: (?P<arch>\w+)")
+NON_DEFAULT_ARGS_RE = re.compile(r"non-default args: (?P<args>\{.*\})")
+
+
+def _serve_and_collect(arch: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Start the ``arch`` server, read what it built, send one request, stop it."""
+    python = helper.VLLM_PYTHON
+    if not python.exists():
+        pytest.fail(
+            f"the vLLM server interpreter {python} does not exist; "
+            f"run `{helper.INSTALL_SCRIPT}` from the repository root first",
+            pytrace=False,
+        )
+    mnbt = ARCHS[arch]["max_num_batched_tokens"]
+    extra = ["--max-num-batched-tokens", str(mnbt), "--max-num-seqs", str(MAX_NUM_SEQS)]
+    work_dir = tmp_path_factory.mktemp(f"vllm-{arch}")
+    t0 = time.monotonic()
+    server = helper.start(helper.free_port(), work_dir, python=python, arch=arch, extra_args=extra)
+    try:
+        info = cache_config_info(server.base_url)
+        body = {
+            "model": server.served_model_name,
+            "prompt": "the quick brown fox jumps over the lazy dog " * 20,
+            "max_tokens": 4,
+            "ignore_eos": True,
+        }
+        request = urllib.request.Request(
+            f"{server.base_url}/v1/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=120) as response:
+            usage = json.load(response)["usage"]
+    finally:
+        helper.stop_server(server.process)
+    text = server.log_text()
+    facts = parse_startup_log(text)
+    resolved = RESOLVED_ARCH_RE.search(text)
+    args = NON_DEFAULT_ARGS_RE.search(text)
+    facts.update(
+        arch=arch,
+        model_dir=server.model_dir,
+        log_path=server.log_path,
+        resolved_architecture=resolved.group("arch") if resolved else None,
+        non_default_args=ast.literal_eval(args.group("args")) if args else {},
+        block_size=int(info["block_size"]),
+        kv_cache_memory_bytes=int(info["kv_cache_memory_bytes"]),
+        num_blocks=int(info["num_gpu_blocks"]),
+        metrics=info,
+        usage=usage,
+        max_num_batched_tokens=mnbt,
+        max_num_seqs=MAX_NUM_SEQS,
+        seconds=round(time.monotonic() - t0, 1),
+    )
+    return facts
+
+
+@pytest.fixture(scope="module")
+def moe_engine(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """What vLLM built for the tiny Qwen3-MoE (its server already stopped)."""
+    return _serve_and_collect("moe", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def sliding_engine(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """What vLLM built for the tiny Gemma 2 (its server already stopped)."""
+    return _serve_and_collect("sliding", tmp_path_factory)
+
+
+def _plan(model_dir: Path, f: dict):
+    """As ``test_planner_vs_vllm._plan``, with the server's scheduler limits too."""
+    loaded = load_model(str(model_dir), allow_hub=False)
+    gpu = custom_gpu(memory_bytes=8 * GIB, memory_bandwidth_bytes_per_s=1e11)
+    settings = ServeSettings(
+        max_model_len=f["max_model_len"],
+        kv_cache_memory_bytes=f["kv_cache_memory_bytes"],
+        block_size=f["block_size"],
+        max_num_batched_tokens=f["max_num_batched_tokens"],
+        max_num_seqs=f["max_num_seqs"],
+        enforce_eager=True,
+        enable_prefix_caching=True,
+        vllm_version="0.32",
+    )
+    return plan_capacity(loaded.spec, gpu, settings, mamba_ssm_dtype=loaded.mamba_ssm_dtype)
+
+
+def _report(f: dict, plan) -> str:
+    return (
+        f"{f['arch']}: vLLM {f['line']!r}, {f['num_blocks']} blocks of {f['block_size']} "
+        f"tokens; servefit: {plan.kv_cache_tokens:,} tokens, {plan.max_concurrency:.2f}x, "
+        f"{plan.num_blocks} blocks of {plan.settings.block_size} tokens, "
+        f"{len(plan.layout.groups)} group(s) of {plan.layout.group_size} layers"
+    )
+
+
+ENGINES = pytest.mark.parametrize("engine", ["moe_engine", "sliding_engine"])
+
+
+@ENGINES
+def test_startup_log_is_as_configured(engine, request):
+    f = request.getfixturevalue(engine)
+    assert f["resolved_architecture"] == ARCHS[f["arch"]]["architecture"]
+    assert f["device"] == "CPU"
+    assert f["max_model_len"] == f["max_seq_len"] == 4096
+    assert f["kv_cache_memory_bytes"] == 1 * GIB
+    assert f["kv_cache_gib_logged"] == 1.0
+    assert f["block_size"] == 128
+    assert f["dtype"] == "bfloat16"
+    assert f["non_default_args"]["max_num_batched_tokens"] == f["max_num_batched_tokens"]
+    assert f["non_default_args"]["max_num_seqs"] == f["max_num_seqs"]
+    assert int(f["metrics"]["kv_cache_size_tokens"]) == f["kv_cache_tokens"]
+    assert float(f["metrics"]["kv_cache_max_concurrency"]) == pytest.approx(f["max_concurrency"])
+    assert f["usage"]["completion_tokens"] == 4  # the engine really served the model
+
+
+def test_sliding_window_shapes_the_engine_cache(sliding_engine):
+    """The window matters: 32 (full group) + 6 (sliding group) blocks per request, not the
+    32 + 32 the same layers would need without a window."""
+    f = sliding_engine
+    per_request = f["num_blocks"] / f["max_concurrency"]
+    assert per_request == pytest.approx(32 + 6, abs=0.01)
+    assert f["num_blocks"] == 1 * GIB // (2 * 32 * 1024)  # 2 layers a group, 32 KiB a page
+
+
+@ENGINES
+def test_planner_matches_engine(engine, request):
+    f = request.getfixturevalue(engine)
+    plan = _plan(f["model_dir"], f)
+    report = _report(f, plan)
+    assert plan.starts, plan.problems
+    assert plan.settings.block_size == f["block_size"], report
+    assert plan.settings.max_num_batched_tokens == f["max_num_batched_tokens"], report
+    assert plan.num_blocks == f["num_blocks"], report
+    assert plan.kv_cache_tokens == pytest.approx(f["kv_cache_tokens"], rel=REL_TOL), report
+    assert plan.max_concurrency == pytest.approx(f["max_concurrency"], rel=REL_TOL), report
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=UnsupportedArchitectureError,
+    reason=(
+        "transformers 5.x save_pretrained writes Qwen3-MoE's expert count as "
+        "'num_local_experts' (Qwen3MoeConfig.attribute_map {'num_experts': "
+        "'num_local_experts'}); vLLM and transformers read it, but servefit's qwen3_moe "
+        "parser (core/hf_config.py _moe_from_qwen/_qwen_is_sparse) reads only 'num_experts' "
+        "and rejects the config"
+    ),
+)
+def test_moe_config_as_transformers5_saves_it(moe_engine, tmp_path):
+    """The same MoE checkpoint with config.json as transformers 5.19 writes it (the fixture's
+    model uses the published checkpoints' spelling, ``num_experts``)."""
+    f = moe_engine
+    config = json.loads((f["model_dir"] / "config.json").read_text())
+    config["num_local_experts"] = config.pop("num_experts")
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        if (f["model_dir"] / name).exists():
+            shutil.copy(f["model_dir"] / name, tmp_path / name)
+    plan = _plan(tmp_path, f)
+    assert plan.max_concurrency == pytest.approx(f["max_concurrency"], rel=REL_TOL)
