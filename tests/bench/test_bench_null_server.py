@@ -478,3 +478,37 @@ def test_replay_needs_a_dataset():
         timeout=60,
     )
     assert done.returncode == 2 and "--replay needs --workload jsonl" in done.stderr
+
+
+def test_predicted_next_to_measured(instant_server, tmp_path):
+    done = subprocess.run(
+        [
+            *SERVEFIT,
+            "bench",
+            instant_server.url,
+            "--concurrency",
+            "4",
+            "--num-requests",
+            "8",
+            "--input-len",
+            "1000",
+            "--output-len",
+            "24",
+            "--plan-model",
+            "meta-llama/Llama-3.1-8B",
+            "--gpu",
+            "L4",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    p = json.loads(done.stdout)["prediction"]
+    assert p["gpu"] == "L4" and p["context_tokens"] == 1024
+    # hand check: an L4's KV cache (~4 GiB after 15 GiB of weights) at 128 KiB/token holds
+    # tens of 1,024-token requests
+    assert 10 < p["max_concurrent_requests_at_context"] < 60
+    assert p["fits_target"] is True

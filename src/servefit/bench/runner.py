@@ -57,6 +57,7 @@ class BenchResult(BaseModel):
     server_peaks: dict[str, float]  # highest gauge values sampled during the run
     warnings: list[str]
     prefix_cache_comparison: list[CacheComparison] | None = None
+    prediction: dict[str, Any] | None = None  # servefit plan's capacity for this workload
 
 
 @dataclass(slots=True)

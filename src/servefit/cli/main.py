@@ -481,6 +481,14 @@ def null_server(
     show_default=True,
     help="Ask for exactly --output-len tokens (vLLM/SGLang extension).",
 )
+@click.option(
+    "--plan-model",
+    help="Also plan this model (HF id or config path) and print predicted vs measured.",
+)
+@click.option("--gpu", "plan_gpu", help="With --plan-model: the server's GPU (catalog name).")
+@click.option(
+    "--plan-tp", type=int, default=1, show_default=True, help="With --plan-model: TP size."
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--warmup", type=int, default=0, help="Warm-up requests, excluded from the metrics.")
 @click.option("--duration-s", type=float, help="Stop sending after this long.")
@@ -524,6 +532,9 @@ def bench(
     replay: bool,
     time_scale: float,
     ignore_eos: bool,
+    plan_model: str | None,
+    plan_gpu: str | None,
+    plan_tp: int,
     seed: int,
     warmup: int,
     duration_s: float | None,
@@ -652,11 +663,21 @@ def bench(
         elif search_slo:
             click.echo(f"highest concurrency meeting the SLOs at p{slo_percentile}: {best}")
         sys.exit(0 if levels and all(lv["result"]["summary"]["successful"] for lv in levels) else 1)
+    prediction = None
+    if plan_model:
+        try:
+            prediction = _bench_prediction(plan_model, plan_gpu, plan_tp, cfg)
+        except ServefitError as error:
+            _fail(error)
     if prefix_cache_compare:
         result = run_cache_comparison(cfg, api_key=api_key, out_dir=out)
     else:
         with _progress(as_json, num_requests * (turns if workload == "agent" else 1)) as listener:
             result = run(cfg, api_key=api_key, out_dir=out, listener=listener)
+    if prediction is not None:
+        result = result.model_copy(update={"prediction": prediction})
+        if out is not None:
+            (out / "summary.json").write_text(result.model_dump_json(indent=2), encoding="utf-8")
     if as_json:
         click.echo(result.model_dump_json(indent=2))
     else:
@@ -666,6 +687,50 @@ def bench(
 
         render_bench(result, Console())
     sys.exit(0 if result.summary.successful and not result.interrupted else 1)
+
+
+def _bench_prediction(model: str, gpu_name: str | None, tp: int, cfg: Any) -> dict[str, Any]:
+    """What servefit plan predicts for this workload on the named GPU: the KV-cache capacity
+    (how many requests of this length fit at once) and what bounds it."""
+    from servefit.adapters.model_source import load_model
+    from servefit.core.plan import ServeSettings, plan_capacity
+    from servefit.errors import InvalidArgumentError
+
+    if gpu_name is None:
+        raise InvalidArgumentError("--plan-model needs --gpu (the server's GPU)")
+    gpu = _resolve_gpu(gpu_name, None, None)
+    loaded = load_model(model, allow_hub=True)
+    w = cfg.workload
+    context = (
+        w.system_prompt_len + w.turns * (w.message_len + w.output_len)
+        if w.kind == "agent"
+        else w.input_len + w.output_len
+    )
+    concurrency = cfg.schedule.concurrency or 1
+    plan = plan_capacity(
+        loaded.spec,
+        gpu,
+        ServeSettings(
+            tensor_parallel_size=tp,
+            context_tokens=context,
+            concurrency=concurrency,
+            max_model_len=context,  # the server's own limit is unknown; the workload needs this
+        ),
+        mamba_ssm_dtype=loaded.mamba_ssm_dtype,
+        with_suggestions=False,
+    )
+    return {
+        "model": loaded.spec.name,
+        "gpu": gpu.name,
+        "tensor_parallel_size": tp,
+        "context_tokens": context,
+        "kv_cache_memory_bytes": plan.memory.kv_cache_bytes,
+        "kv_cache_tokens": plan.kv_cache_tokens,
+        "max_concurrent_requests_at_context": plan.concurrency_at_context,
+        "target_concurrency": concurrency,
+        "fits_target": plan.fits,
+        "note": "capacity only: servefit predicts speed once the performance model exists",
+    }
 
 
 @contextlib.contextmanager

@@ -240,6 +240,16 @@ def render_bench(result: Any, console: Console) -> None:
                 f"  turn {c.turn}: prompt {c.prompt_tokens_mean or 0:,.0f} tok, TTFT cold "
                 f"{ms(c.ttft_cold_s)} -> warm {ms(c.ttft_warm_s)} (saved {ms(c.ttft_saved_s)})"
             )
+    if result.prediction:
+        p = result.prediction
+        peak = result.server_peaks.get("kv_cache_usage")
+        measured = f"; server KV usage peaked at {peak:.0%}" if peak is not None else ""
+        console.print(
+            f"predicted (servefit plan, {p['model']} on {p['gpu']}): the KV cache holds "
+            f"{p['max_concurrent_requests_at_context']:.1f} requests of "
+            f"{p['context_tokens']:,} tokens; "
+            f"measured achieved concurrency {s.achieved_concurrency:.1f}{measured}"
+        )
     for name, count in s.errors.items():
         console.print(f"  [red]{count} x {name}[/]")
     for line in result.warnings:
