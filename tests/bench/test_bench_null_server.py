@@ -371,8 +371,10 @@ def test_prefix_cache_comparison_runs_cold_then_warm(instant_server, tmp_path):
 
 
 def test_sweep_and_slo_search_find_the_servers_capacity(tmp_path):
-    # a server that serves 8 requests at once (TTFT 20 ms, 5 ms/token, 8 tokens): beyond 8 in
-    # flight, requests queue and TTFT grows; the highest concurrency with p90 TTFT <= 40 ms is 8
+    # A server that serves 8 requests at once: TTFT 20 ms, then 40 tokens 5 ms apart, so a
+    # request holds a slot ~215 ms. With c > 8 clients the extra ones wait for a slot: at
+    # c = 9 about 215/8 ~ 27 ms, so TTFT ~ 47 ms. With a p99 TTFT SLO of 35 ms the highest
+    # concurrency that holds is 8 (margin ~10 ms on either side for a loaded machine).
     server, url = _start_null_server("--ttft-ms", "20", "--itl-ms", "5", "--max-concurrency", "8")
     try:
         sweep = subprocess.run(
@@ -385,7 +387,7 @@ def test_sweep_and_slo_search_find_the_servers_capacity(tmp_path):
                 "--num-requests",
                 "32",
                 "--output-len",
-                "8",
+                "40",
                 "--json",
                 "--output",
                 str(tmp_path / "sweep"),
@@ -401,11 +403,13 @@ def test_sweep_and_slo_search_find_the_servers_capacity(tmp_path):
                 url,
                 "--search-slo",
                 "--slo-ttft-s",
-                "0.04",
+                "0.035",
+                "--slo-percentile",
+                "99",
                 "--num-requests",
-                "48",
+                "24",
                 "--output-len",
-                "8",
+                "40",
                 "--json",
             ],
             capture_output=True,
