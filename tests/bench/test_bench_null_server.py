@@ -516,3 +516,43 @@ def test_predicted_next_to_measured(instant_server, tmp_path):
     # tens of 1,024-token requests
     assert 10 < p["max_concurrent_requests_at_context"] < 60
     assert p["fits_target"] is True
+
+
+def test_local_tokenizer_sizes_prompts(instant_server, tmp_path):
+    """--tokenizer: prompts sized with a local tokenizer.json (here a word-level one with a BOS
+    token, so every prompt is 1 + words tokens by construction)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    from servefit.bench.workloads import WORDS
+
+    vocab = {"<s>": 0, "[UNK]": 1, **{w: i + 2 for i, w in enumerate(dict.fromkeys(WORDS))}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
+    tok.save(str(tmp_path / "tokenizer.json"))
+    out = tmp_path / "out"
+    result = bench(
+        instant_server.url,
+        out,
+        WorkloadConfig(num_requests=5, input_len=40, output_len=4),
+        tokenizer_path=str(tmp_path),
+    )
+    assert result.summary.successful == 5
+    # the local tokenizer counts a BOS, the null server does not: 39 words -> 39 server tokens
+    assert {r["prompt_tokens"] for r in jsonl(out)} == {39}
+    assert {r["prompt_tokens_planned"] for r in jsonl(out)} == {40}
+    bad = subprocess.run(
+        [
+            *SERVEFIT,
+            "bench",
+            instant_server.url,
+            "--concurrency",
+            "1",
+            "--tokenizer",
+            str(tmp_path / "missing"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "cannot load a tokenizer.json" in bad.stderr

@@ -159,3 +159,11 @@ def test_layer_types_length_mismatch():
 def test_not_a_mapping():
     with pytest.raises(ConfigError, match="must be a JSON object"):
         spec_from_hf_config([1, 2], name="x")  # type: ignore[arg-type]
+
+
+def test_qwen_moe_expert_count_in_either_spelling():
+    # transformers 5 save_pretrained writes num_local_experts (Qwen3MoeConfig.attribute_map)
+    cfg = config("Qwen/Qwen3-30B-A3B")
+    cfg["num_local_experts"] = cfg.pop("num_experts")
+    s = spec_from_hf_config(cfg, name="x")
+    assert s.layers[0].mlp.num_experts == 128

@@ -27,6 +27,7 @@ from servefit.bench.metrics import Slo, Summary, distribution, summarize
 from servefit.bench.records import Outcome, RequestRecord
 from servefit.bench.schedules import Schedule
 from servefit.bench.workloads import WorkloadConfig, build_requests, build_sessions
+from servefit.errors import InvalidArgumentError
 
 SUMMARY_SCHEMA_VERSION = 1
 
@@ -99,6 +100,32 @@ class BenchConfig:
     duration_s: float | None = None
     slo: Slo | None = None
     session_affinity: bool = False
+    tokenizer_path: str | None = None  # count prompt tokens locally instead of /tokenize
+
+
+def local_token_counter(path: str) -> Any:
+    """An async token counter over a local ``tokenizer.json`` (the ``tokenizers`` library),
+    counting special tokens as servers do in ``usage.prompt_tokens``."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise InvalidArgumentError(
+            "--tokenizer needs the 'tokenizers' package: pip install 'servefit[tokenizer]'"
+        ) from None
+    file = Path(path)
+    if file.is_dir():
+        file = file / "tokenizer.json"
+    try:
+        tokenizer = Tokenizer.from_file(str(file))
+    except Exception as exc:  # the library raises its own exception types
+        raise InvalidArgumentError(
+            f"--tokenizer {path}: cannot load a tokenizer.json ({exc})"
+        ) from None
+
+    async def count(text: str) -> int:
+        return len(tokenizer.encode(text).ids)
+
+    return count
 
 
 SAMPLE_INTERVAL_S = 1.0  # /metrics while the run goes on
@@ -215,9 +242,10 @@ async def _run_agents(
     cfg: BenchConfig,
     clock: Clock,
     sink: Callable[[RequestRecord], None],
+    count: Any,
 ) -> None:
     num_sessions = cfg.workload.num_requests
-    sessions = await build_sessions(cfg.workload, client.tokenize_count, num_sessions)
+    sessions = await build_sessions(cfg.workload, count, num_sessions)
     ids = itertools.count()
     cap = asyncio.Semaphore(cfg.schedule.concurrency or num_sessions)
 
@@ -366,10 +394,15 @@ async def run_bench(
             before = await _scrape(client)
             if before.counters:
                 sampler = asyncio.create_task(_sample(client, clock, out_dir, peaks))
+            count = (
+                local_token_counter(cfg.tokenizer_path)
+                if cfg.tokenizer_path
+                else client.tokenize_count
+            )
             if cfg.workload.kind == "agent":
-                await _run_agents(client, cfg, clock, writer)
+                await _run_agents(client, cfg, clock, writer, count)
             else:
-                requests = await build_requests(cfg.workload, client.tokenize_count)
+                requests = await build_requests(cfg.workload, count)
                 warm = [
                     Request(**{**_fields(r), "request_id": -1 - i, "is_warmup": True})
                     for i, r in enumerate(requests[: cfg.warmup_requests])

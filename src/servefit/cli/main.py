@@ -489,6 +489,11 @@ def null_server(
 @click.option(
     "--plan-tp", type=int, default=1, show_default=True, help="With --plan-model: TP size."
 )
+@click.option(
+    "--tokenizer",
+    "tokenizer_path",
+    help="A local tokenizer.json (or its folder) to size prompts with.",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--warmup", type=int, default=0, help="Warm-up requests, excluded from the metrics.")
 @click.option("--duration-s", type=float, help="Stop sending after this long.")
@@ -535,6 +540,7 @@ def bench(
     plan_model: str | None,
     plan_gpu: str | None,
     plan_tp: int,
+    tokenizer_path: str | None,
     seed: int,
     warmup: int,
     duration_s: float | None,
@@ -607,7 +613,12 @@ def bench(
             duration_s=duration_s,
             slo=slo,
             session_affinity=session_affinity,
+            tokenizer_path=tokenizer_path,
         )
+        if tokenizer_path:
+            from servefit.bench.runner import local_token_counter
+
+            local_token_counter(tokenizer_path)  # fail now, not mid-run
     except ServefitError as error:
         _fail(error)
     api_key = os.environ.get(api_key_env)

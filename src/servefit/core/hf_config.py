@@ -278,7 +278,8 @@ def _parse_gemma(f: _Fields, name: str) -> ModelSpec:
 
 def _moe_from_qwen(f: _Fields, *, shared_gate: bool) -> MoeSpec:
     return MoeSpec(
-        num_experts=f.int("num_experts"),
+        # transformers 5 save_pretrained writes Qwen MoE's expert count as num_local_experts
+        num_experts=f.int("num_experts", "num_local_experts"),
         num_experts_per_token=f.int("num_experts_per_tok"),
         expert_intermediate_size=f.int("moe_intermediate_size"),
         shared_intermediate_size=f.int("shared_expert_intermediate_size", default=0),
@@ -289,7 +290,8 @@ def _moe_from_qwen(f: _Fields, *, shared_gate: bool) -> MoeSpec:
 def _qwen_is_sparse(f: _Fields, i: int) -> bool:
     mlp_only = set(f.get("mlp_only_layers", default=[]) or [])
     step = f.int("decoder_sparse_step", default=1)
-    return i not in mlp_only and f.int("num_experts", default=0) > 0 and (i + 1) % step == 0
+    experts = f.int("num_experts", "num_local_experts", default=0)
+    return i not in mlp_only and experts > 0 and (i + 1) % step == 0
 
 
 def _parse_qwen_moe(f: _Fields, name: str) -> ModelSpec:
@@ -464,7 +466,7 @@ def _parse_qwen_hybrid(f: _Fields, name: str) -> ModelSpec:
     )
     gated = bool(f.get("attn_output_gate", default=True))
     f.get("mamba_ssm_dtype")  # read by the KV-cache model through state_dtype()
-    is_moe = f.int("num_experts", default=0) > 0
+    is_moe = f.int("num_experts", "num_local_experts", default=0) > 0
     f.get("mlp_only_layers", "decoder_sparse_step")
 
     def layer(i: int, kind: str) -> LayerSpec:
