@@ -556,3 +556,68 @@ def test_local_tokenizer_sizes_prompts(instant_server, tmp_path):
         timeout=60,
     )
     assert bad.returncode == 2 and "cannot load a tokenizer.json" in bad.stderr
+
+
+def test_worker_processes_closed_loop(instant_server, tmp_path):
+    result = bench(
+        instant_server.url,
+        tmp_path,
+        WorkloadConfig(num_requests=60, input_len=20, output_len=6),
+        Schedule(concurrency=8),
+        workers=2,
+    )
+    assert result.summary.successful == 60
+    rows = jsonl(tmp_path)
+    assert sorted(r["request_id"] for r in rows) == list(range(60))
+    assert result.summary.achieved_concurrency <= 8.5
+
+
+def test_worker_processes_keep_the_open_loop_schedule(instant_server, tmp_path):
+    result = bench(
+        instant_server.url,
+        tmp_path,
+        WorkloadConfig(num_requests=40, input_len=10, output_len=4),
+        Schedule(rate_per_s=80, seed=5),
+        workers=2,
+    )
+    assert result.summary.successful == 40
+    rows = sorted(jsonl(tmp_path), key=lambda r: r["request_id"])
+    expected = Schedule(rate_per_s=80, seed=5).arrival_offsets_s(40)
+    start = rows[0]["scheduled_s"]
+    assert [round(r["scheduled_s"] - start, 6) for r in rows] == [round(t, 6) for t in expected]
+    assert max(r["sent_s"] - r["scheduled_s"] for r in rows) < 0.05  # both processes on time
+
+
+def test_ctrl_c_with_worker_processes(tmp_path):
+    server, url = _start_null_server("--itl-ms", "20", "--output-len", "100")
+    try:
+        proc = subprocess.Popen(
+            [
+                *SERVEFIT,
+                "bench",
+                url,
+                "--concurrency",
+                "4",
+                "--num-requests",
+                "40",
+                "--output-len",
+                "100",
+                "--workers",
+                "2",
+                "--output",
+                str(tmp_path),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        _wait_for_records(tmp_path, 2)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=90)
+    finally:
+        server.kill()
+    assert proc.returncode == 1 and "Traceback" not in err
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    s = summary["summary"]
+    assert summary["interrupted"] is True and s["incomplete"] >= 1
+    assert s["successful"] + s["errored"] + s["incomplete"] == len(jsonl(tmp_path))

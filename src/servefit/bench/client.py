@@ -45,8 +45,10 @@ class Request:
 class Clock:
     """Seconds since the run started, monotonic."""
 
-    def __init__(self) -> None:
-        self.origin = time.perf_counter()
+    def __init__(self, origin: float | None = None) -> None:
+        # perf_counter is the system-wide monotonic clock on Linux and macOS, so worker
+        # processes given the parent's origin share its timeline
+        self.origin = time.perf_counter() if origin is None else origin
 
     def __call__(self) -> float:
         return time.perf_counter() - self.origin

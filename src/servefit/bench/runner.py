@@ -26,6 +26,7 @@ from servefit.bench.client import Clock, OpenAIClient, Request
 from servefit.bench.metrics import Slo, Summary, distribution, summarize
 from servefit.bench.records import Outcome, RequestRecord
 from servefit.bench.schedules import Schedule
+from servefit.bench.workers import run_in_processes
 from servefit.bench.workloads import WorkloadConfig, build_requests, build_sessions
 from servefit.errors import InvalidArgumentError
 
@@ -101,6 +102,7 @@ class BenchConfig:
     slo: Slo | None = None
     session_affinity: bool = False
     tokenizer_path: str | None = None  # count prompt tokens locally instead of /tokenize
+    workers: int = 1  # client processes (each its own event loop) for rates one core cannot drive
 
 
 def local_token_counter(path: str) -> Any:
@@ -194,8 +196,12 @@ async def _run_flat(
     clock: Clock,
     sink: Callable[[RequestRecord], None],
     deadline_s: float | None,
+    offsets: list[float] | None = None,
+    start_s: float | None = None,
 ) -> None:
-    if not schedule.is_open_loop:
+    """Send ``requests`` as ``schedule`` says (``offsets``/``start_s``: arrival times already
+    drawn, when a worker process runs its share of an open-loop schedule)."""
+    if not schedule.is_open_loop and offsets is None:
         pending = iter(requests)
 
         async def worker() -> None:
@@ -207,7 +213,7 @@ async def _run_flat(
         await asyncio.gather(*(worker() for _ in range(schedule.concurrency or 1)))
         return
     cap = asyncio.Semaphore(schedule.concurrency) if schedule.concurrency else None
-    start = clock()
+    start = clock() if start_s is None else start_s
     tasks = []
 
     async def one(request: Request, scheduled: float) -> None:
@@ -217,12 +223,8 @@ async def _run_flat(
         async with cap:  # waiting here shows up as client lag (scheduled vs sent)
             await client.send(request, scheduled_s=scheduled, clock=clock, on_done=sink)
 
-    if schedule.is_replay:
-        if any(r.arrival_s is None for r in requests):
-            raise ValueError("trace replay needs a timestamp_s on every dataset line")
-        offsets = [(r.arrival_s or 0.0) * schedule.time_scale for r in requests]
-    else:
-        offsets = schedule.arrival_offsets_s(len(requests))
+    if offsets is None:
+        offsets = arrival_offsets(requests, schedule)
     try:
         for request, offset in zip(requests, offsets, strict=True):
             due = start + offset
@@ -235,6 +237,14 @@ async def _run_flat(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def arrival_offsets(requests: list[Request], schedule: Schedule) -> list[float]:
+    if schedule.is_replay:
+        if any(r.arrival_s is None for r in requests):
+            raise ValueError("trace replay needs a timestamp_s on every dataset line")
+        return [(r.arrival_s or 0.0) * schedule.time_scale for r in requests]
+    return schedule.arrival_offsets_s(len(requests))
 
 
 async def _run_agents(
@@ -412,7 +422,12 @@ async def run_bench(
                         client, warm, Schedule(concurrency=min(len(warm), 8)), clock, writer, None
                     )
                 deadline = clock() + cfg.duration_s if cfg.duration_s else None
-                await _run_flat(client, requests, cfg.schedule, clock, writer, deadline)
+                if cfg.workers > 1:
+                    await run_in_processes(
+                        cfg, client.model, api_key, requests, clock, writer, deadline
+                    )
+                else:
+                    await _run_flat(client, requests, cfg.schedule, clock, writer, deadline)
             if sampler is not None:
                 sampler.cancel()
             after = await _scrape(client)

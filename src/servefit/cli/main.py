@@ -494,6 +494,13 @@ def null_server(
     "tokenizer_path",
     help="A local tokenizer.json (or its folder) to size prompts with.",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 256),
+    default=1,
+    show_default=True,
+    help="Client processes, each with its own event loop (for rates one core cannot drive).",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--warmup", type=int, default=0, help="Warm-up requests, excluded from the metrics.")
 @click.option("--duration-s", type=float, help="Stop sending after this long.")
@@ -541,6 +548,7 @@ def bench(
     plan_gpu: str | None,
     plan_tp: int,
     tokenizer_path: str | None,
+    workers: int,
     seed: int,
     warmup: int,
     duration_s: float | None,
@@ -614,7 +622,12 @@ def bench(
             slo=slo,
             session_affinity=session_affinity,
             tokenizer_path=tokenizer_path,
+            workers=workers,
         )
+        if workers > 1 and workload == "agent":
+            raise ServefitError(
+                "--workers applies to flat workloads; agent sessions run in one process"
+            )
         if tokenizer_path:
             from servefit.bench.runner import local_token_counter
 
