@@ -176,6 +176,7 @@ async def _sample(
             handle.close()
 
 
+DISPATCH_LEAD_S = 0.005  # open loop: a request's task is created this long before it is due
 TIMER_SLACK_S = 0.002  # libuv/asyncio timers fire up to ~1 ms late: sleep short, then yield
 
 
@@ -217,6 +218,7 @@ async def _run_flat(
     tasks = []
 
     async def one(request: Request, scheduled: float) -> None:
+        await _sleep_until(scheduled, clock)  # the task exists already: no start-up delay
         if cap is None:
             await client.send(request, scheduled_s=scheduled, clock=clock, on_done=sink)
             return
@@ -230,7 +232,7 @@ async def _run_flat(
             due = start + offset
             if deadline_s is not None and due >= deadline_s:
                 break
-            await _sleep_until(due, clock)
+            await _sleep_until(due - DISPATCH_LEAD_S, clock)  # create each task a little early
             tasks.append(asyncio.create_task(one(request, due)))
         await asyncio.gather(*tasks)
     finally:
