@@ -233,10 +233,13 @@ def test_ctrl_c_leaves_a_valid_summary(tmp_path):
         server.kill()
     assert proc.returncode == 1
     assert "Traceback" not in err
+    # requests cut by the interrupt are incomplete (text had come) or errored ("cancelled")
+    cut = [r for r in jsonl(tmp_path) if r["outcome"] != "ok"]
+    assert cut and all(r["error"].startswith(("cancelled", "stream ended")) for r in cut)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["interrupted"] is True
     s = summary["summary"]
-    assert s["incomplete"] >= 1
+    assert s["incomplete"] + s["errored"] >= 1
     assert s["successful"] + s["errored"] + s["incomplete"] == len(jsonl(tmp_path))
 
 
@@ -619,5 +622,5 @@ def test_ctrl_c_with_worker_processes(tmp_path):
     assert proc.returncode == 1 and "Traceback" not in err
     summary = json.loads((tmp_path / "summary.json").read_text())
     s = summary["summary"]
-    assert summary["interrupted"] is True and s["incomplete"] >= 1
+    assert summary["interrupted"] is True and s["incomplete"] + s["errored"] >= 1
     assert s["successful"] + s["errored"] + s["incomplete"] == len(jsonl(tmp_path))
