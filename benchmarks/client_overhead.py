@@ -5,7 +5,8 @@ Run: python benchmarks/client_overhead.py [--requests 4000] [--concurrency 256]
 
 Starts `servefit null-server` (instant answers, 16 tokens) in its own process, then drives it
 at the same concurrency with: a bare asyncio + aiohttp loop (the ceiling of a Python client),
-servefit bench, and, when --peers-venv has them, aiperf and guidellm. Prints a table.
+servefit bench, and, when --peers-venv has them, aiperf and guidellm (both need --tokenizer,
+a local tokenizer directory, to run offline). Prints a table.
 Targets (issue #3): servefit >= 3x aiperf's requests/s and >= 80 % of the bare loop; p99
 client lag <= 1 ms at moderate load.
 """
@@ -183,6 +184,49 @@ def aiperf(
     return None
 
 
+def guidellm(
+    venv: Path, url: str, requests: int, concurrency: int, workdir: Path, tokenizer: Path | None
+) -> float | None:
+    """guidellm 0.8: its tokenizer comes from the backend's model name, so the model is the
+    local tokenizer directory (the null server answers whatever model is asked for)."""
+    binary = venv / "bin" / "guidellm"
+    if not binary.exists() or tokenizer is None:
+        return None
+    out = workdir / "guidellm.json"
+    out.unlink(missing_ok=True)
+    done = subprocess.run(
+        [
+            str(binary),
+            "run",
+            "--backend",
+            f"kind=openai_http,target={url},model={tokenizer}",
+            "--profile",
+            f"kind=concurrent,streams={concurrency}",
+            "--constraint",
+            f"kind=max_requests,count={requests}",
+            "--data",
+            f"kind=synthetic_text,prompt_tokens=64,output_tokens={OUTPUT_TOKENS}",
+            "--output",
+            f"kind=json,path={out}",
+            "--disable-console-interactive",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if not out.exists():
+        print(
+            "guidellm did not produce a result:",
+            done.stdout[-400:],
+            done.stderr[-400:],
+            file=sys.stderr,
+        )
+        return None
+    bench = json.loads(out.read_text())["benchmarks"][0]
+    successful = bench["metrics"]["requests_per_second"]["successful"]["count"]
+    return successful / bench["duration"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=4000)
@@ -204,6 +248,13 @@ def main() -> None:
             if args.peers_venv
             else None
         )
+        other = (
+            guidellm(
+                args.peers_venv, url, args.requests, args.concurrency, Path("/tmp"), args.tokenizer
+            )
+            if args.peers_venv
+            else None
+        )
     finally:
         server.kill()
     print(
@@ -216,6 +267,10 @@ def main() -> None:
     if peer is not None:
         print(f"{'aiperf':32s} {peer:12,.0f} {peer / bare:14.0%}")
         print(f"servefit / aiperf: {ours / peer:.1f}x (target >= 3x)")
+    if other is not None:
+        print(f"{'guidellm':32s} {other:12,.0f} {other / bare:14.0%}")
+        if peer is not None:
+            print(f"servefit / guidellm: {ours / other:.1f}x")
     print(
         f"servefit p99 client lag at c={args.concurrency}: {lag * 1000:.2f} ms; "
         f"at 200 req/s open loop: {moderate_lag * 1000:.2f} ms (target <= 1 ms)"
