@@ -43,9 +43,10 @@ def test_total_is_sum_of_tensors(catalog_model):
 
 def test_tp2_halves_sharded_weights_kv_replication(catalog_model):
     spec = catalog_model("Qwen/Qwen2.5-7B").spec  # 4 KV heads
-    one = weight_bytes(spec, tp=1).per_gpu_bytes
-    two = weight_bytes(spec, tp=2).per_gpu_bytes
-    eight = weight_bytes(spec, tp=8).per_gpu_bytes
+    rope = weight_bytes(spec).per_gpu_by_role_bytes["rope_cache"]  # a replicated buffer
+    one = weight_bytes(spec, tp=1).per_gpu_bytes - rope
+    two = weight_bytes(spec, tp=2).per_gpu_bytes - rope
+    eight = weight_bytes(spec, tp=8).per_gpu_bytes - rope
     assert two == pytest.approx(one / 2, rel=0.002)  # norms are the only replicated part
     assert eight > one / 8  # 4 KV heads on 8 ranks: K and V projections are replicated
 
@@ -73,3 +74,20 @@ def test_gpt_oss_weights_close_to_checkpoint(catalog_model):
     # OpenAI's gpt-oss model card: the 120b checkpoint is 60.8 GiB (MXFP4 MoE weights).
     total = weight_bytes(catalog_model("openai/gpt-oss-120b").spec).total_bytes
     assert total / GIB_BYTES == pytest.approx(60.8, rel=0.02)
+
+
+def test_rope_table_is_part_of_what_vllm_loads(catalog_model):
+    """vLLM precomputes a cos/sin table of max_position_embeddings x rotary dims in the model
+    dtype on every GPU. Llama-3.1-8B: 131,072 x 128 x 2 B = 32 MiB, which is why vLLM logs
+    "Model loading took 14.99 GiB" for 8,030,261,248 bf16 parameters (14.96 GiB). Llama 4
+    Scout's 10,485,760 positions make it 2.5 GiB per GPU."""
+    from servefit.units import GIB_BYTES
+
+    llama = catalog_model("meta-llama/Llama-3.1-8B").spec
+    per_gpu = weight_bytes(llama).per_gpu_bytes
+    assert per_gpu == 8_030_261_248 * 2 + 131_072 * 128 * 2
+    assert round(per_gpu / GIB_BYTES, 2) == 14.99
+    scout = catalog_model("meta-llama/Llama-4-Scout-17B-16E-Instruct").spec
+    assert weight_bytes(scout, tp=4).per_gpu_by_role_bytes["rope_cache"] == 10_485_760 * 128 * 2
+    jamba = catalog_model("ai21labs/AI21-Jamba-1.5-Mini").spec
+    assert "rope_cache" not in weight_bytes(jamba).per_gpu_by_role_bytes  # no RoPE in Jamba

@@ -200,7 +200,9 @@ def _build(
     vision: VisionSpec | None = None,
     prefix: str = "model.",
     tie_default: bool = False,
+    rope_caches: int = 1,
 ) -> ModelSpec:
+    positions = f.optional_int("max_position_embeddings") or 0
     return ModelSpec(
         name=name,
         architecture="",
@@ -215,7 +217,24 @@ def _build(
         vision=vision,
         module_prefix=prefix,
         naming=naming,
+        rope_cache_positions=positions if rope_caches else 0,
+        rope_cache_dims=(_rotary_dim(f, layers),) * rope_caches if rope_caches else (),
     )
+
+
+def _rotary_dim(f: _Fields, layers: list[LayerSpec]) -> int:
+    """Rotary dimensions of the first attention layer: the rope part of MLA's key, or
+    head_dim x partial_rotary_factor."""
+    for layer in layers:
+        if isinstance(layer.mixer, MlaSpec):
+            return layer.mixer.qk_rope_head_dim
+        if isinstance(layer.mixer, AttentionSpec):
+            params = f.get("rope_parameters") or {}
+            factor = f.get("partial_rotary_factor") or (
+                params.get("partial_rotary_factor") if isinstance(params, Mapping) else None
+            )
+            return int(layer.mixer.head_dim * float(factor or 1.0))
+    return 0
 
 
 # --------------------------------------------------------------------------------------
@@ -273,7 +292,11 @@ def _parse_gemma(f: _Fields, name: str) -> ModelSpec:
         layers.append(
             LayerSpec(mixer=attn, mlp=_dense_mlp(f), num_norms=2 if model_type == "gemma" else 4)
         )
-    return _build(f, name=name, layers=layers, tie_default=True)
+    # Gemma 3's local layers use their own RoPE base: a second cache
+    two = model_type.startswith("gemma3") and any(
+        layer.mixer.sliding_window_tokens for layer in layers
+    )
+    return _build(f, name=name, layers=layers, tie_default=True, rope_caches=2 if two else 1)
 
 
 def _moe_from_qwen(f: _Fields, *, shared_gate: bool) -> MoeSpec:
@@ -543,7 +566,10 @@ def _parse_nemotron_h(f: _Fields, name: str) -> ModelSpec:
             )
             layers.append(LayerSpec(mixer=None, mlp=moe, num_norms=1))
     del h
-    return _build(f, name=name, layers=layers, naming="nemotron_h", prefix="backbone.")
+    # Nemotron-H's attention has no positional encoding (vLLM builds no RoPE for it)
+    return _build(
+        f, name=name, layers=layers, naming="nemotron_h", prefix="backbone.", rope_caches=0
+    )
 
 
 def _parse_jamba(f: _Fields, name: str) -> ModelSpec:
@@ -574,7 +600,7 @@ def _parse_jamba(f: _Fields, name: str) -> ModelSpec:
         mixer = _attention(f) if i % attn_period == attn_offset else mamba
         mlp: Mlp = moe if i % expert_period == expert_offset else _dense_mlp(f)
         layers.append(LayerSpec(mixer=mixer, mlp=mlp))
-    return _build(f, name=name, layers=layers, naming="jamba")
+    return _build(f, name=name, layers=layers, naming="jamba", rope_caches=0)  # no RoPE in Jamba
 
 
 _FAMILIES: dict[str, Callable[[_Fields, str], ModelSpec]] = {
@@ -709,6 +735,8 @@ def spec_from_hf_config(
         quant=quant,
         module_prefix=prefix,
         naming=spec.naming,
+        rope_cache_positions=spec.rope_cache_positions,
+        rope_cache_dims=spec.rope_cache_dims,
     )
 
 

@@ -253,6 +253,10 @@ class ModelSpec:
     quant: QuantSpec = field(default_factory=QuantSpec)
     module_prefix: str = "model."  # "model.language_model." for nested multimodal configs
     naming: str = "default"  # module-name family, see servefit.core.weights.NAMING
+    # vLLM precomputes a RoPE cos/sin table of positions x rotary dims per distinct RoPE
+    # configuration (vllm/model_executor/layers/rotary_embedding): memory on every GPU.
+    rope_cache_positions: int = 0
+    rope_cache_dims: tuple[int, ...] = ()
     _hash: int = field(init=False, repr=False, compare=False, hash=False)
     _kinds: frozenset[MixerKind] = field(init=False, repr=False, compare=False, hash=False)
 

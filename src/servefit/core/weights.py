@@ -622,7 +622,7 @@ def pipeline_layer_split(num_layers: int, pp: int) -> tuple[range, ...]:
 class WeightBytes:
     """Weight bytes held by the busiest GPU, split by role."""
 
-    total_bytes: float  # whole checkpoint as loaded (all ranks, no MTP)
+    total_bytes: float  # the checkpoint's parameters as loaded (all ranks, no MTP, no buffers)
     per_gpu_bytes: float  # the largest pipeline stage's share on one TP rank
     per_gpu_by_role_bytes: dict[str, float]
     per_stage_bytes: tuple[float, ...]
@@ -657,6 +657,12 @@ def weight_bytes(
         per_stage[stage] += share
         roles = per_stage_roles[stage]
         roles[t.role.value] = roles.get(t.role.value, 0.0) + share
+    # the RoPE cos/sin table(s): a buffer, not a parameter; one per GPU, in the model dtype
+    rope = spec.rope_cache_positions * sum(spec.rope_cache_dims) * dtype_bytes(spec.dtype)
+    for stage in range(pp):
+        if rope:
+            per_stage[stage] += rope
+            per_stage_roles[stage]["rope_cache"] = rope
     busiest = max(range(pp), key=lambda s: per_stage[s])
     return WeightBytes(
         total_bytes=total,
