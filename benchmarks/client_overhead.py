@@ -86,7 +86,8 @@ async def bare_loop(url: str, requests: int, concurrency: int) -> float:
         return requests / (time.perf_counter() - start)
 
 
-def servefit(url: str, requests: int, concurrency: int) -> tuple[float, float]:
+def servefit_summary(url: str, *load: str) -> dict:
+    """`servefit bench --json` at the given load flags; its summary document."""
     done = subprocess.run(
         [
             sys.executable,
@@ -100,45 +101,24 @@ def servefit(url: str, requests: int, concurrency: int) -> tuple[float, float]:
             "64",
             "--output-len",
             str(OUTPUT_TOKENS),
-            "--concurrency",
-            str(concurrency),
-            "--num-requests",
-            str(requests),
+            *load,
             "--json",
         ],
         capture_output=True,
         text=True,
         check=True,
     )
-    s = json.loads(done.stdout)["summary"]
+    return json.loads(done.stdout)["summary"]
+
+
+def servefit(url: str, requests: int, concurrency: int) -> tuple[float, float]:
+    s = servefit_summary(url, "--concurrency", str(concurrency), "--num-requests", str(requests))
     return s["request_throughput_per_s"], s["client_lag_s"]["p99"]
 
 
 def moderate_load_lag(url: str) -> float:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "servefit.cli.main",
-            "bench",
-            url,
-            "--workload",
-            "random",
-            "--input-len",
-            "64",
-            "--output-len",
-            str(OUTPUT_TOKENS),
-            "--request-rate",
-            "200",
-            "--num-requests",
-            "1000",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(done.stdout)["summary"]["client_lag_s"]["p99"]
+    s = servefit_summary(url, "--request-rate", "200", "--num-requests", "1000")
+    return s["client_lag_s"]["p99"]
 
 
 def aiperf(

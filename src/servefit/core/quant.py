@@ -217,7 +217,8 @@ class QuantSpec:
     def is_quantized(self) -> bool:
         return self.method != "none"
 
-    def _first_rule(self, module_name: str) -> QuantRule | None:
+    def rule_for(self, module_name: str) -> QuantRule | None:
+        """The first rule that names this module (or a parent of it), if any."""
         best: int | None = None
         if self._plain:
             parts = module_name.split(".")
@@ -236,7 +237,7 @@ class QuantSpec:
 
     def format_for(self, module_name: str) -> WeightFormat | None:
         """The format of one linear module, ``None`` when it stays in the model dtype."""
-        rule = self._first_rule(module_name)
+        rule = self.rule_for(module_name)
         if rule is not None:
             return rule.fmt
         if self.is_targets_only:

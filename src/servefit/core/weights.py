@@ -558,26 +558,17 @@ def count_params(spec: ModelSpec) -> ParamCounts:
 def tensor_bytes(spec: ModelSpec, t: WeightTensor) -> float:
     """Bytes of one tensor group as stored: quantized linears in their format, the rest in
     the model dtype."""
-    base = dtype_bytes(spec.dtype)
     if t.is_linear and t.role not in (Role.ROUTER, Role.EMBEDDING, Role.VISION):
-        fmt = None
-        if t.role is not Role.LM_HEAD or spec.quant.rules:
+        if t.role is Role.LM_HEAD:
+            # quantized only when a rule names it: vLLM builds lm_head without a quant method
+            # for fp8/AWQ/GPTQ unless the checkpoint lists it
+            rule = spec.quant.rule_for(t.name)
+            fmt = rule.fmt if rule else None
+        else:
             fmt = spec.quant.format_for(t.name)
-            if t.role is Role.LM_HEAD and not _lm_head_named(spec, t.name):
-                fmt = None
         if fmt is not None:
             return fmt.linear_bytes(t.in_features, t.out_features) * t.num_copies
-    return t.num_params * base
-
-
-def _lm_head_named(spec: ModelSpec, name: str) -> bool:
-    """lm_head is quantized only when a rule names it (vLLM builds it without a quant
-    method for fp8/AWQ/GPTQ unless the checkpoint says so)."""
-    from servefit.core.quant import module_matches
-
-    return any(
-        rule.fmt is not None and module_matches(rule.pattern, name) for rule in spec.quant.rules
-    )
+    return t.num_params * dtype_bytes(spec.dtype)
 
 
 def shard_fraction(t: WeightTensor, tp: int) -> float:
