@@ -29,12 +29,12 @@ names its aggregation: ``per_request`` (one value per request) or ``pooled``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
 from servefit.bench.records import Outcome, RequestRecord, TokenSource
+from servefit.core.stats import percentile
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -87,17 +87,6 @@ class Summary(BaseModel):
     client_lag_s: Distribution
     conventions: dict[str, str]
     errors: dict[str, int]
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default method)."""
-    if not sorted_values:
-        raise ValueError("percentile of an empty sequence")
-    position = (len(sorted_values) - 1) * q / 100
-    low = math.floor(position)
-    high = math.ceil(position)
-    fraction = position - low
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * fraction
 
 
 def distribution(values: Sequence[float], aggregation: str) -> Distribution:

@@ -131,7 +131,13 @@ def _text_and_vision(config: Config) -> tuple[Config, Config | None]:
     text = config.get("text_config")
     if isinstance(text, Mapping):
         merged = dict(text)
-        for key in ("tie_word_embeddings", "torch_dtype", "dtype", "quantization_config"):
+        for key in (
+            "tie_word_embeddings",
+            "torch_dtype",
+            "dtype",
+            "quantization_config",
+            "quantization",
+        ):
             if key not in merged and key in config:
                 merged[key] = config[key]
         if "model_type" not in merged:
@@ -716,7 +722,9 @@ def spec_from_hf_config(
             f"this family: {', '.join(leftover)}. Refusing to guess (it would mis-size the model)."
         )
     vision = _vision_params(vision_config, spec.hidden_size) if vision_config else None
-    quant = quant_from_hf(text.get("quantization_config"), hf_quant_config)
+    quant = quant_from_hf(
+        text.get("quantization_config"), hf_quant_config, text.get("quantization")
+    )
     prefix = spec.module_prefix
     if vision_config is not None and prefix == "model.":
         prefix = "model.language_model."

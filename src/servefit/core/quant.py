@@ -161,6 +161,42 @@ def bnb_int8() -> WeightFormat:
     return WeightFormat(name="bnb-int8", bits=8, compute_dtype="int8", is_per_channel=True)
 
 
+def mlx_affine(bits: int, group_size: int) -> WeightFormat:
+    """MLX affine quantization (mlx-lm): per ``group_size`` elements one 16-bit scale and one
+    16-bit bias; matmuls dequantize to 16-bit."""
+    if bits not in (2, 3, 4, 5, 6, 8):
+        raise ConfigError(f"unsupported MLX quantization width: {bits} bits")
+    return WeightFormat(
+        name=f"mlx-{bits}bit-g{group_size}",
+        bits=bits,
+        compute_dtype="fp16",
+        group_size=group_size,
+        scale_bytes=2 * FP16_BYTES,  # scale + bias
+    )
+
+
+def gguf(kind: str) -> WeightFormat:
+    """llama.cpp GGUF block formats (ggml-common.h block layouts). Q4_0 and Q8_0: 32 weights
+    and one fp16 scale per block. Q4_K_M mixes Q4_K (4.5 bits/weight) with Q6_K (6.5625) for
+    some tensors; 4.85 bits/weight is its average on Llama-class models (llama.cpp
+    ``quantize`` README: 7B Q4_K_M 3.80 GiB / 6.74 B weights). Prompt processing runs at
+    about 16-bit matmul speed (llama-bench pp512 of Q4_K_M is 0.76x that of F16 on an
+    RTX 4090, XiongjieDai/GPU-Benchmarks-on-LLM-Inference), so servefit computes in fp16."""
+    formats = {
+        "q4_0": WeightFormat(
+            name="gguf-q4_0", bits=4, compute_dtype="fp16", group_size=32, scale_bytes=2
+        ),
+        "q8_0": WeightFormat(
+            name="gguf-q8_0", bits=8, compute_dtype="fp16", group_size=32, scale_bytes=2
+        ),
+        "q4_k_m": WeightFormat(name="gguf-q4_k_m", bits=4.85, compute_dtype="fp16", scale_bytes=0),
+    }
+    fmt = formats.get(kind.lower())
+    if fmt is None:
+        raise ConfigError(f"unknown GGUF type {kind!r}; known: {', '.join(formats)}")
+    return fmt
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QuantRule:
     """``pattern`` -> ``fmt``; ``fmt`` None means the matched module stays unquantized."""
@@ -256,11 +292,18 @@ _SUPPORTED_METHODS = (
 def quant_from_hf(
     quantization_config: Mapping[str, Any] | None,
     hf_quant_config: Mapping[str, Any] | None = None,
+    mlx_quantization: Mapping[str, Any] | None = None,
 ) -> QuantSpec:
     """Build a :class:`QuantSpec` from ``config.json``'s ``quantization_config`` and/or a
-    ModelOpt ``hf_quant_config.json``. Neither present means unquantized."""
+    ModelOpt ``hf_quant_config.json``, or MLX's ``quantization`` block. None present means
+    unquantized."""
     if hf_quant_config is not None and "quantization" in hf_quant_config:
         return _from_modelopt(hf_quant_config["quantization"])
+    if quantization_config and "quant_method" not in quantization_config:
+        mlx_quantization = mlx_quantization or quantization_config
+        quantization_config = None
+    if not quantization_config and mlx_quantization:
+        return _from_mlx(mlx_quantization)
     if not quantization_config:
         return NO_QUANT
     method = str(quantization_config.get("quant_method", "")).lower()
@@ -273,6 +316,41 @@ def quant_from_hf(
             f"{_SUPPORTED_METHODS}"
         )
     return parser(quantization_config)
+
+
+def _from_mlx(q: Mapping[str, Any]) -> QuantSpec:
+    """mlx-lm's ``"quantization": {"group_size": 64, "bits": 4, <module>: {...} | false}``:
+    a default, with per-module overrides (a dict) or exclusions (``false``). mlx-lm
+    quantizes every linear layer, the embedding and the LM head."""
+    try:
+        default = mlx_affine(int(q["bits"]), int(q.get("group_size", 64)))
+    except (KeyError, TypeError, ValueError):
+        raise ConfigError(
+            f"MLX quantization block needs integer 'bits' (and 'group_size'), got {dict(q)!r}"
+        ) from None
+    rules = []
+    for key, value in q.items():
+        if key in ("bits", "group_size", "mode"):
+            continue
+        if value is False:
+            rules.append(QuantRule(pattern=str(key), fmt=None))
+        elif isinstance(value, Mapping) and "bits" in value:
+            fmt = mlx_affine(int(value["bits"]), int(value.get("group_size", 64)))
+            rules.append(QuantRule(pattern=str(key), fmt=fmt))
+    rules.append(QuantRule(pattern="lm_head", fmt=default))
+    return QuantSpec(
+        method="mlx",
+        default=default,
+        rules=tuple(rules),
+        description=f"MLX affine {default.bits:g}-bit, group {default.group_size}",
+    )
+
+
+def uniform_quant(fmt: WeightFormat, *, method: str, include_lm_head: bool = True) -> QuantSpec:
+    """Every linear layer (and the LM head) in one format: how GGUF and MLX exports, or a
+    whole-model FP8/FP4 export, are described when no config says more."""
+    rules = (QuantRule(pattern="lm_head", fmt=fmt),) if include_lm_head else ()
+    return QuantSpec(method=method, default=fmt, rules=rules, description=fmt.name)
 
 
 def _ignore_rules(patterns: Any) -> tuple[QuantRule, ...]:

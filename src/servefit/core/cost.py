@@ -1,0 +1,178 @@
+"""Economics: what a token, a request and a *successful task* cost on GPUs you rent, and
+where self-hosting breaks even with a per-token API.
+
+Inputs are the predicted serving rates of one replica (requests/s at the workload, the GPU
+seconds a request's prefill takes) and prices. With ``r`` requests/s per replica of ``g``
+GPUs at ``p`` $/GPU-hour, used a fraction ``u`` of the time:
+
+    $/request        = g p / 3600 / (r u)
+    $/1M output      = $/request x (decode share of the request's GPU time) / output tokens x 1e6
+    $/1M input       = $/request x (prefill share) / input tokens x 1e6
+    $/successful task = $/request x requests per task / success rate
+    GPU-hours/day    = replicas x g x 24, replicas = ceil(requests per day / (86400 r u)), >= 1
+    API $/day        = requests per day x (input x $in + output x $out) / 1e6
+
+The prefill share of a request is its prefill time alone (compute-bound, batching barely
+shortens it) over the GPU time a request costs at the predicted throughput (1 / r); the
+rest is decode. Always-on replicas are billed 24 hours a day whatever the traffic: that is
+why three requests a day cost far more per token than a busy agent fleet.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from servefit.errors import InvalidArgumentError
+
+SECONDS_PER_HOUR = 3600.0
+SECONDS_PER_DAY = 86400.0
+HOURS_PER_DAY = 24.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApiPrice:
+    name: str
+    usd_per_million_input_tokens: float
+    usd_per_million_output_tokens: float
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.usd_per_million_input_tokens < 0 or self.usd_per_million_output_tokens < 0:
+            raise InvalidArgumentError("API prices must be >= 0")
+
+    def usd_per_request(self, input_tokens: float, output_tokens: float) -> float:
+        return (
+            input_tokens * self.usd_per_million_input_tokens
+            + output_tokens * self.usd_per_million_output_tokens
+        ) / 1e6
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CostInputs:
+    usd_per_gpu_hour: float
+    num_gpus: int  # GPUs per replica
+    request_throughput_per_s: float  # one replica, at the workload
+    prefill_s_per_request: float  # GPU time of one request's prefill
+    input_tokens: float  # per request
+    output_tokens: float
+    utilization: float = 1.0  # fraction of the time replicas serve at that throughput
+    requests_per_task: float = 1.0
+    success_rate: float = 1.0
+    requests_per_day: float | None = None
+    price_source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.usd_per_gpu_hour <= 0:
+            raise InvalidArgumentError(
+                f"--usd-per-gpu-hour must be positive, got {self.usd_per_gpu_hour}"
+            )
+        if not 0 < self.utilization <= 1:
+            raise InvalidArgumentError(f"--utilization must be in (0, 1], got {self.utilization}")
+        if not 0 < self.success_rate <= 1:
+            raise InvalidArgumentError(f"--success-rate must be in (0, 1], got {self.success_rate}")
+        if self.requests_per_task < 1:
+            raise InvalidArgumentError("--requests-per-task must be >= 1")
+        if self.request_throughput_per_s <= 0:
+            raise InvalidArgumentError("the predicted request throughput must be positive")
+        if self.requests_per_day is not None and self.requests_per_day < 0:
+            raise InvalidArgumentError("--requests-per-day must be >= 0")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DailyScenario:
+    label: str
+    requests_per_day: float
+    replicas: int
+    gpu_hours_per_day: float
+    self_hosted_usd_per_day: float
+    api_usd_per_day: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CostEstimate:
+    usd_per_hour: float  # one replica
+    usd_per_request: float
+    usd_per_million_input_tokens: float
+    usd_per_million_output_tokens: float
+    usd_per_million_tokens: float  # input and output together
+    usd_per_successful_task: float
+    prefill_share: float
+    gpu_hours_per_day: float | None  # for requests_per_day
+    break_even_requests_per_day: float | None  # one always-on replica vs the API
+    scenarios: tuple[DailyScenario, ...]
+    assumptions: tuple[str, ...]
+
+
+def replicas_needed(requests_per_day: float, c: CostInputs) -> int:
+    per_replica = c.request_throughput_per_s * c.utilization * SECONDS_PER_DAY
+    return max(1, math.ceil(requests_per_day / per_replica))
+
+
+def _scenario(
+    label: str, requests_per_day: float, c: CostInputs, api: ApiPrice | None
+) -> DailyScenario:
+    replicas = replicas_needed(requests_per_day, c)
+    gpu_hours = replicas * c.num_gpus * HOURS_PER_DAY
+    return DailyScenario(
+        label=label,
+        requests_per_day=requests_per_day,
+        replicas=replicas,
+        gpu_hours_per_day=gpu_hours,
+        self_hosted_usd_per_day=gpu_hours * c.usd_per_gpu_hour,
+        api_usd_per_day=(
+            requests_per_day * api.usd_per_request(c.input_tokens, c.output_tokens) if api else None
+        ),
+    )
+
+
+def estimate_cost(c: CostInputs, api: ApiPrice | None = None) -> CostEstimate:
+    usd_per_hour = c.usd_per_gpu_hour * c.num_gpus
+    gpu_s_per_request = 1.0 / (c.request_throughput_per_s * c.utilization)
+    usd_per_request = usd_per_hour / SECONDS_PER_HOUR * gpu_s_per_request
+    prefill_share = min(1.0, c.prefill_s_per_request * c.utilization / gpu_s_per_request)
+    per_m_in = usd_per_request * prefill_share / c.input_tokens * 1e6 if c.input_tokens else 0.0
+    per_m_out = usd_per_request * (1 - prefill_share) / c.output_tokens * 1e6
+    per_m_all = usd_per_request / (c.input_tokens + c.output_tokens) * 1e6
+    busy_fleet = c.request_throughput_per_s * c.utilization * SECONDS_PER_DAY
+    scenarios = [
+        _scenario("three requests a day", 3.0, c, api),
+        _scenario("one busy replica (an agent fleet)", busy_fleet, c, api),
+    ]
+    if c.requests_per_day is not None:
+        scenarios.insert(1, _scenario("your volume", c.requests_per_day, c, api))
+    break_even = None
+    if api is not None:
+        api_per_request = api.usd_per_request(c.input_tokens, c.output_tokens)
+        if api_per_request > 0:
+            break_even = usd_per_hour * HOURS_PER_DAY / api_per_request
+    assumptions = [
+        f"${c.usd_per_gpu_hour:.2f}/GPU-hour"
+        + (f" ({c.price_source})" if c.price_source else "")
+        + f" x {c.num_gpus} GPU(s) per replica, busy {c.utilization:.0%} of the time",
+        "input tokens are charged the prefill share of a request's GPU time, output tokens "
+        "the decode share",
+        "always-on replicas are billed 24 h/day",
+    ]
+    if c.success_rate < 1 or c.requests_per_task > 1:
+        assumptions.append(
+            f"a task takes {c.requests_per_task:g} request(s) and succeeds "
+            f"{c.success_rate:.0%} of the time"
+        )
+    return CostEstimate(
+        usd_per_hour=usd_per_hour,
+        usd_per_request=usd_per_request,
+        usd_per_million_input_tokens=per_m_in,
+        usd_per_million_output_tokens=per_m_out,
+        usd_per_million_tokens=per_m_all,
+        usd_per_successful_task=usd_per_request * c.requests_per_task / c.success_rate,
+        prefill_share=prefill_share,
+        gpu_hours_per_day=(
+            _scenario("", c.requests_per_day, c, None).gpu_hours_per_day
+            if c.requests_per_day is not None
+            else None
+        ),
+        break_even_requests_per_day=break_even,
+        scenarios=tuple(scenarios),
+        assumptions=tuple(assumptions),
+    )

@@ -1,0 +1,358 @@
+"""``plan_performance``: how fast a workload runs on a capacity plan, and what bounds it.
+
+The steps, one named call each:
+
+1. per-layer cost coefficients of the model on one GPU of the layout (:mod:`.ops`);
+2. a step timer: operator rows through the roofline with the efficiency profile
+   (:mod:`.roofline`);
+3. the single-request numbers: cold TTFT, TTFT with a cached prefix, time per output token
+   at batch 1, and the bytes one decode step reads (the "active bytes per token");
+4. the workload under load: the continuous-batching simulation (:mod:`.serving`);
+5. the latency-throughput curve over concurrency;
+6. agent sessions, when the workload has turns (:mod:`.agent`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from servefit.core.agent import AgentSession, plan_agent_session
+from servefit.core.hardware import GpuSpec
+from servefit.core.kv_cache import blocks_per_request
+from servefit.core.ops import (
+    ModelCoeffs,
+    OpKind,
+    StepShape,
+    decode_step,
+    model_coeffs,
+    prefill_step,
+    step_ops,
+)
+from servefit.core.plan import CapacityPlan
+from servefit.core.roofline import (
+    Bound,
+    EfficiencyProfile,
+    StepTime,
+    kernel_dtype,
+    step_time,
+)
+from servefit.core.serving import LoadResult, ServingLimits, Slo, simulate
+from servefit.core.workload import LengthDist, Workload
+from servefit.errors import InvalidArgumentError
+
+CURVE_MAX_POINTS = 10
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PhaseEstimate:
+    """One isolated phase (a prefill, or one decode step) with what bounds it."""
+
+    time_s: float
+    bound: Bound
+    compute_s: float
+    memory_s: float
+    comm_s: float
+    overhead_s: float
+    flops: float
+    bytes_read: float  # weights + KV/state + activations
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PerformancePlan:
+    workload: Workload
+    engine: str
+    profile: EfficiencyProfile
+    ttft_cold_s: float  # one request alone, nothing cached
+    ttft_cached_s: float | None  # ... with the shared prefix cached
+    prefill: PhaseEstimate  # the cold prefill of one prompt
+    decode: PhaseEstimate  # one decode step at batch 1, mid-generation context
+    tpot_batch1_s: float
+    decode_bytes_per_token: float  # bytes one batch-1 decode step reads, all GPUs of a stage
+    weight_bytes_per_token: float  # of which weights
+    load: LoadResult  # the workload as asked
+    curve: tuple[LoadResult, ...]  # concurrency 1..N
+    agent: AgentSession | None  # when the workload has turns
+    kernel_dtypes: tuple[str, ...]
+    assumptions: tuple[str, ...]
+
+    @property
+    def ttft_s(self) -> float:
+        return self.load.ttft_s.mean
+
+    @property
+    def tpot_s(self) -> float:
+        return self.load.tpot_s.mean if self.load.tpot_s.mean else self.tpot_batch1_s
+
+    @property
+    def decode_tok_per_s(self) -> float:
+        return 1.0 / self.tpot_s
+
+    @property
+    def output_throughput_tok_per_s(self) -> float:
+        return self.load.output_throughput_tok_per_s
+
+    @property
+    def bound(self) -> Bound:
+        return self.load.bound
+
+
+def _phase(
+    m: ModelCoeffs, shape: StepShape, gpu: GpuSpec, profile: EfficiencyProfile
+) -> PhaseEstimate:
+    st = step_time(m, shape, gpu, profile)
+    flops = 0.0
+    read = 0.0
+    for stage in range(m.pp):
+        for op in step_ops(m, shape, stage):
+            flops += op.flops
+            read += op.weight_bytes + op.kv_read_bytes + op.activation_in_bytes
+    return PhaseEstimate(
+        time_s=st.time_s,
+        bound=st.bound,
+        compute_s=st.compute_s,
+        memory_s=st.memory_s,
+        comm_s=st.comm_s,
+        overhead_s=st.overhead_s,
+        flops=flops,
+        bytes_read=read,
+    )
+
+
+def prefill_time_s(
+    m: ModelCoeffs,
+    gpu: GpuSpec,
+    profile: EfficiencyProfile,
+    new_tokens: int,
+    cached_tokens: int,
+    chunk_tokens: int,
+) -> float:
+    """A prompt alone on the server: chunks of ``chunk_tokens`` one after another."""
+    total = 0.0
+    done = 0
+    while done < new_tokens:
+        n = min(chunk_tokens, new_tokens - done)
+        shape = StepShape(
+            prefill_chunks=((n, cached_tokens + done),),
+            num_finishing_prefills=1 if done + n >= new_tokens else 0,
+        )
+        total += step_time(m, shape, gpu, profile).time_s
+        done += n
+    return total
+
+
+def make_timer(m: ModelCoeffs, gpu: GpuSpec, profile: EfficiencyProfile):
+    def timer(shape: StepShape) -> StepTime:
+        return step_time(m, shape, gpu, profile)
+
+    return timer
+
+
+def serving_limits(plan: CapacityPlan) -> ServingLimits:
+    r = plan.settings
+    return ServingLimits(
+        max_num_seqs=r.max_num_seqs,
+        max_num_batched_tokens=r.max_num_batched_tokens,
+        num_kv_blocks=plan.num_blocks,
+        block_size=plan.layout.min_block_size if plan.layout.groups else 16,
+        enable_prefix_caching=r.enable_prefix_caching,
+    )
+
+
+def blocks_counter(plan: CapacityPlan):
+    layout = plan.layout
+    mnbt = plan.settings.max_num_batched_tokens
+
+    @lru_cache(maxsize=65536)
+    def blocks_for(length: int) -> int:
+        if not layout.groups or length <= 0:
+            return 0
+        return blocks_per_request(layout, max(length, 1), mnbt)
+
+    return blocks_for
+
+
+def curve_concurrencies(top: int) -> tuple[int, ...]:
+    """1, 2, 4, ... up to ``top`` (and ``top`` itself)."""
+    points = []
+    c = 1
+    while c < top and len(points) < CURVE_MAX_POINTS - 1:
+        points.append(c)
+        c *= 2
+    points.append(top)
+    return tuple(points)
+
+
+def simulate_load(
+    plan: CapacityPlan,
+    m: ModelCoeffs,
+    profile: EfficiencyProfile,
+    workload: Workload,
+    slo: Slo | None = None,
+) -> LoadResult:
+    return simulate(
+        workload,
+        serving_limits(plan),
+        make_timer(m, plan.gpu, profile),
+        blocks_counter(plan),
+        request_overhead_s=profile.request_overhead_s,
+        slo=slo,
+    )
+
+
+def plan_performance(
+    plan: CapacityPlan,
+    workload: Workload,
+    profile: EfficiencyProfile,
+    *,
+    slo: Slo | None = None,
+    curve_max_concurrency: int | None = None,
+    ep: int = 1,
+) -> PerformancePlan:
+    """Predict TTFT, TPOT, decode rate and throughput of ``workload`` on ``plan``."""
+    if not plan.starts:
+        raise InvalidArgumentError(
+            f"{plan.model.name} does not start on {plan.gpu.name} with these settings; "
+            "performance needs a layout that fits (see the capacity verdict)"
+        )
+    spec, gpu, r = plan.model, plan.gpu, plan.settings
+    m = model_coeffs(
+        spec,
+        tp=r.tensor_parallel_size,
+        pp=r.pipeline_parallel_size,
+        ep=ep,
+        kv_cache_dtype=r.kv_cache_dtype,
+    )
+    in_len, out_len = workload.input_len.mean, workload.output_len.mean
+    chunk = r.max_num_batched_tokens
+    prefill_cold = prefill_time_s(m, gpu, profile, in_len, 0, chunk)
+    ttft_cold = prefill_cold + profile.request_overhead_s
+    ttft_cached = None
+    if workload.prefix_len and r.enable_prefix_caching:
+        block = serving_limits(plan).block_size
+        cached = (workload.prefix_len // block) * block
+        ttft_cached = (
+            prefill_time_s(m, gpu, profile, in_len - cached, cached, chunk)
+            + profile.request_overhead_s
+        )
+    mid_context = in_len + out_len // 2
+    decode = _phase(m, decode_step(1, mid_context), gpu, profile)
+    prefill = _phase(m, prefill_step(min(in_len, chunk)), gpu, profile)
+    prefill = PhaseEstimate(
+        time_s=prefill_cold,
+        bound=prefill.bound,
+        compute_s=prefill.compute_s,
+        memory_s=prefill.memory_s,
+        comm_s=prefill.comm_s,
+        overhead_s=prefill.overhead_s,
+        flops=prefill.flops,
+        bytes_read=prefill.bytes_read,
+    )
+    weights_read = sum(
+        op.weight_bytes for s in range(m.pp) for op in step_ops(m, decode_step(1, mid_context), s)
+    )
+
+    agent = None
+    if workload.turns > 1:
+        agent = plan_agent_session(
+            turns=workload.turns,
+            prefix_tokens=workload.prefix_len,
+            message_tokens=in_len - workload.prefix_len,
+            output_tokens=out_len,
+            reuse_block_tokens=serving_limits(plan).block_size if r.enable_prefix_caching else 0,
+            prefill_s=lambda new, cached: prefill_time_s(m, gpu, profile, new, cached, chunk),
+            decode_s=lambda n, context: (
+                n * step_time(m, decode_step(1, context + n // 2), gpu, profile).time_s
+            ),
+            is_hybrid=spec.is_hybrid,
+            has_hybrid_prefix_caching=plan.behaviour.has_hybrid_prefix_caching,
+            request_overhead_s=profile.request_overhead_s,
+        )
+    load = simulate_load(plan, m, profile, workload, slo)
+    top = curve_max_concurrency or _default_curve_top(plan, workload)
+    curve = tuple(
+        load
+        if workload.is_closed_loop and c == workload.concurrency and workload.turns == 1
+        else simulate_load(plan, m, profile, _at_concurrency(workload, c), slo)
+        for c in curve_concurrencies(top)
+    )
+    dtypes = sorted(
+        {
+            kernel_dtype(gpu, op.compute_dtype)
+            for op in step_ops(m, decode_step(1, 1), 0)
+            if op.kind is OpKind.GEMM
+        }
+    )
+    assumptions = (
+        *profile.describe(),
+        *m.assumptions,
+        "continuous batching with chunked prefill as vLLM V1 schedules it "
+        f"(max_num_batched_tokens {chunk}, max_num_seqs {r.max_num_seqs})",
+        *(
+            ("pipeline stages run one after another for a batch (no micro-batch overlap)",)
+            if m.pp > 1
+            else ()
+        ),
+    )
+    return PerformancePlan(
+        workload=workload,
+        engine=profile.engine,
+        profile=profile,
+        ttft_cold_s=ttft_cold,
+        ttft_cached_s=ttft_cached,
+        prefill=prefill,
+        decode=decode,
+        tpot_batch1_s=decode.time_s,
+        decode_bytes_per_token=decode.bytes_read,
+        weight_bytes_per_token=weights_read,
+        load=load,
+        curve=curve,
+        agent=agent,
+        kernel_dtypes=tuple(dtypes),
+        assumptions=assumptions,
+    )
+
+
+def _default_curve_top(plan: CapacityPlan, workload: Workload) -> int:
+    """Up to twice the requests the KV cache holds at the workload's length (to show the
+    saturation), within max_num_seqs."""
+    seq_len = workload.input_len.mean + workload.output_len.mean
+    per_request = blocks_counter(plan)(seq_len)
+    fits = plan.num_blocks // per_request if per_request else plan.settings.max_num_seqs
+    top = max(workload.concurrency or 1, min(plan.settings.max_num_seqs, 2 * max(fits, 1)))
+    return max(1, min(top, 512))
+
+
+def _at_concurrency(w: Workload, concurrency: int) -> Workload:
+    return Workload(
+        input_len=w.input_len,
+        output_len=w.output_len,
+        concurrency=concurrency,
+        request_rate_per_s=None,
+        num_requests=None,
+        prefix_len=w.prefix_len,
+        turns=1,
+        seed=w.seed,
+    )
+
+
+def fixed_workload(
+    input_len: int,
+    output_len: int,
+    *,
+    concurrency: int | None = 1,
+    request_rate_per_s: float | None = None,
+    num_requests: int | None = None,
+    prefix_len: int = 0,
+    turns: int = 1,
+    range_ratio: float = 0.0,
+) -> Workload:
+    return Workload(
+        input_len=LengthDist(mean=input_len, range_ratio=range_ratio),
+        output_len=LengthDist(mean=output_len, range_ratio=range_ratio),
+        concurrency=concurrency,
+        request_rate_per_s=request_rate_per_s,
+        num_requests=num_requests,
+        prefix_len=prefix_len,
+        turns=turns,
+    )

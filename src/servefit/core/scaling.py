@@ -1,0 +1,190 @@
+"""Scaling out: which layout of N GPUs serves a workload best, and the commands for it.
+
+Layouts are tensor parallel (TP, within a node: NVLink or PCIe) x pipeline parallel (PP,
+across nodes) x data-parallel replicas (DP), plus expert parallelism (EP) for MoE models
+(``--enable-expert-parallel``: experts are spread whole over the TP ranks instead of being
+sliced). Each layout is planned (does it fit?) and simulated under its share of the load
+(concurrency or request rate divided by the replicas); the best one is picked for the
+objective:
+
+- ``throughput``: most output tokens/s over all GPUs, among layouts meeting the SLO;
+- ``latency``: lowest time per output token (then TTFT), among layouts meeting the SLO.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from servefit.core.hardware import GpuSpec
+from servefit.core.model_spec import ModelSpec
+from servefit.core.plan import CapacityPlan, ServeSettings, plan_capacity
+from servefit.core.serving import LoadResult, Slo
+from servefit.core.workload import Workload
+from servefit.errors import ServefitError
+
+OBJECTIVES = ("throughput", "latency")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Layout:
+    tp: int
+    pp: int
+    dp: int
+    ep: bool = False
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def label(self) -> str:
+        text = f"TP{self.tp} x PP{self.pp} x DP{self.dp}"
+        return text + (" + EP" if self.ep else "")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayoutResult:
+    layout: Layout
+    plan: CapacityPlan | None
+    load: LoadResult | None  # one replica under its share of the workload
+    problem: str = ""
+
+    @property
+    def fits(self) -> bool:
+        return self.load is not None
+
+    @property
+    def output_throughput_tok_per_s(self) -> float:
+        return self.load.output_throughput_tok_per_s * self.layout.dp if self.load else 0.0
+
+    def meets(self, slo: Slo | None) -> bool:
+        if self.load is None:
+            return False
+        if slo is None:
+            return True
+        ttft_ok = slo.ttft_s is None or self.load.ttft_s.mean <= slo.ttft_s
+        tpot_ok = slo.tpot_s is None or self.load.tpot_s.mean <= slo.tpot_s
+        return ttft_ok and tpot_ok
+
+
+def candidate_layouts(
+    num_gpus: int, gpus_per_node: int, *, is_moe: bool, max_pp: int = 8
+) -> tuple[Layout, ...]:
+    """Every TP x PP x DP that uses exactly ``num_gpus``: TP a power of two within a node,
+    PP across nodes (only when TP fills a node), DP the rest."""
+    if num_gpus < 1 or gpus_per_node < 1:
+        raise ServefitError("--num-gpus and --gpus-per-node must be >= 1")
+    out = []
+    tp = 1
+    while tp <= min(gpus_per_node, num_gpus):
+        pp = 1
+        while tp * pp <= num_gpus and pp <= max_pp:
+            if num_gpus % (tp * pp) == 0 and (pp == 1 or tp == gpus_per_node):
+                dp = num_gpus // (tp * pp)
+                out.append(Layout(tp=tp, pp=pp, dp=dp))
+                if is_moe and tp > 1:
+                    out.append(Layout(tp=tp, pp=pp, dp=dp, ep=True))
+            pp *= 2
+        tp *= 2
+    return tuple(out)
+
+
+def replica_workload(w: Workload, dp: int) -> Workload:
+    """One replica's share of the load (a load balancer spreads requests evenly)."""
+    concurrency = None if w.concurrency is None else max(1, -(-w.concurrency // dp))
+    rate = None if w.request_rate_per_s is None else w.request_rate_per_s / dp
+    return replace(w, concurrency=concurrency, request_rate_per_s=rate, num_requests=None)
+
+
+Simulate = Callable[[CapacityPlan, Workload, int], LoadResult]  # (plan, workload, ep size)
+
+
+def plan_scaling(
+    spec: ModelSpec,
+    gpu: GpuSpec,
+    settings: ServeSettings,
+    workload: Workload,
+    simulate: Simulate,
+    *,
+    num_gpus: int,
+    gpus_per_node: int,
+    mamba_ssm_dtype: str | None = None,
+) -> tuple[LayoutResult, ...]:
+    """Plan and simulate every candidate layout of ``num_gpus``."""
+    results = []
+    for layout in candidate_layouts(num_gpus, gpus_per_node, is_moe=spec.is_moe):
+        s = replace(
+            settings,
+            tensor_parallel_size=layout.tp,
+            pipeline_parallel_size=layout.pp,
+            concurrency=None,
+        )
+        try:
+            plan = plan_capacity(
+                spec, gpu, s, mamba_ssm_dtype=mamba_ssm_dtype, with_suggestions=False
+            )
+        except ServefitError as error:
+            results.append(LayoutResult(layout=layout, plan=None, load=None, problem=str(error)))
+            continue
+        if not plan.starts:
+            results.append(
+                LayoutResult(layout=layout, plan=plan, load=None, problem=plan.problems[0])
+            )
+            continue
+        try:
+            load = simulate(
+                plan, replica_workload(workload, layout.dp), layout.tp if layout.ep else 1
+            )
+        except ServefitError as error:
+            results.append(LayoutResult(layout=layout, plan=plan, load=None, problem=str(error)))
+            continue
+        results.append(LayoutResult(layout=layout, plan=plan, load=load))
+    return tuple(results)
+
+
+def choose_layout(
+    results: tuple[LayoutResult, ...], objective: str, slo: Slo | None = None
+) -> LayoutResult | None:
+    if objective not in OBJECTIVES:
+        raise ServefitError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective}")
+    ok = [r for r in results if r.meets(slo)] or [r for r in results if r.fits]
+    if not ok:
+        return None
+    if objective == "throughput":
+        return max(ok, key=lambda r: (r.output_throughput_tok_per_s, -r.layout.tp))
+    return min(ok, key=lambda r: (r.load.tpot_s.mean, r.load.ttft_s.mean) if r.load else (0, 0))
+
+
+def layout_commands(model_id: str, layout: Layout, gpus_per_node: int) -> tuple[str, ...]:
+    """The commands that realise a layout with vLLM (Ray across nodes)."""
+    flags = [f"--tensor-parallel-size {layout.tp}"]
+    if layout.pp > 1:
+        flags.append(f"--pipeline-parallel-size {layout.pp}")
+    if layout.ep:
+        flags.append("--enable-expert-parallel")
+    per_replica_gpus = layout.tp * layout.pp
+    serve = f"vllm serve {model_id} " + " ".join(flags)
+    if per_replica_gpus > gpus_per_node:
+        nodes = -(-per_replica_gpus // gpus_per_node)
+        return (
+            "# on the head node:",
+            "ray start --head --port 6379",
+            f"# on each of the other {nodes - 1} node(s):",
+            "ray start --address <head-node-ip>:6379",
+            "# then, on the head node, once `ray status` shows all GPUs:",
+            serve + " --distributed-executor-backend ray",
+            *(
+                (f"# x {layout.dp} replicas behind a load balancer (one Ray cluster each)",)
+                if layout.dp > 1
+                else ()
+            ),
+        )
+    if layout.dp > 1 and layout.dp * per_replica_gpus <= gpus_per_node:
+        return (serve + f" --data-parallel-size {layout.dp}",)
+    if layout.dp > 1:
+        return (
+            serve,
+            f"# x {layout.dp} replicas (one per {per_replica_gpus} GPUs) behind a load balancer",
+        )
+    return (serve,)

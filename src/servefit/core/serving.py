@@ -1,0 +1,471 @@
+"""Serving under load: a step-level simulation of continuous batching with chunked prefill.
+
+The scheduler mirrors vLLM's V1 scheduler in the parts that decide latency and throughput:
+
+1. each step has a token budget (``max_num_batched_tokens``) and at most ``max_num_seqs``
+   running requests;
+2. running requests are served first, in admission order: one token for each decoding
+   request, then the next chunk of each unfinished prompt (chunked prefill);
+3. waiting requests are admitted first-come-first-served while the budget, the sequence
+   limit and the KV cache allow (a prompt's cached prefix costs nothing to compute);
+4. when decoding requests outgrow the KV cache, the most recently admitted request is
+   preempted: its blocks are freed and it is recomputed later (vLLM's recompute
+   preemption). Requests beyond the KV capacity therefore *queue*, and their TTFT grows with
+   the queue, as on a real server past saturation;
+5. a prefill step samples the request's first token; every decode step one more.
+
+Runs of identical decode steps (no arrival, no admission, no prefill) are advanced together,
+timed at their mid-point context, so a simulation costs a few steps per request rather than
+one per output token. Step times come from :func:`servefit.core.roofline.step_time`.
+
+Metrics follow ``vllm bench serve``: TTFT from the moment a request is sent; TPOT =
+(last token - first token) / (output tokens - 1); throughput = tokens / (last completion -
+first send).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from servefit.core.ops import StepShape
+from servefit.core.roofline import Bound, StepTime
+from servefit.core.stats import percentile
+from servefit.core.workload import RequestSpec, Workload, sample_requests
+from servefit.errors import InvalidArgumentError
+
+StepTimer = Callable[[StepShape], StepTime]
+BlocksFor = Callable[[int], int]  # KV blocks one request holds at a given length
+
+# Fast-forward at most this many decode steps at once, so context growth is tracked.
+MAX_STEPS_PER_JUMP = 256
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingLimits:
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    num_kv_blocks: int
+    block_size: int  # tokens of prefix reusable per cache block
+    enable_prefix_caching: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
+            raise InvalidArgumentError("max_num_seqs and max_num_batched_tokens must be >= 1")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestTiming:
+    sent_s: float
+    first_token_s: float
+    finish_s: float
+    input_len: int
+    output_len: int
+    cached_tokens: int
+    num_preemptions: int
+
+    @property
+    def ttft_s(self) -> float:
+        return self.first_token_s - self.sent_s
+
+    @property
+    def e2e_s(self) -> float:
+        return self.finish_s - self.sent_s
+
+    @property
+    def tpot_s(self) -> float | None:
+        if self.output_len < 2:
+            return None
+        return (self.finish_s - self.first_token_s) / (self.output_len - 1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Slo:
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+
+    def met_by(self, r: RequestTiming) -> bool:
+        tpot = r.tpot_s
+        return (self.ttft_s is None or r.ttft_s <= self.ttft_s) and (
+            self.tpot_s is None or tpot is None or tpot <= self.tpot_s
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stat:
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> Stat:
+        if not values:
+            return cls(mean=0.0, p50=0.0, p90=0.0, p99=0.0)
+        ordered = sorted(values)
+        return cls(
+            mean=sum(ordered) / len(ordered),
+            p50=percentile(ordered, 50),
+            p90=percentile(ordered, 90),
+            p99=percentile(ordered, 99),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadResult:
+    """One simulated benchmark: the workload at one load level."""
+
+    concurrency: int | None
+    request_rate_per_s: float | None
+    num_requests: int
+    duration_s: float
+    ttft_s: Stat
+    tpot_s: Stat
+    e2e_s: Stat
+    output_throughput_tok_per_s: float
+    total_throughput_tok_per_s: float
+    request_throughput_per_s: float
+    goodput_per_s: float | None
+    mean_batch: float  # running requests per step, time-weighted
+    max_batch: int
+    num_preemptions: int
+    kv_blocked_fraction: float  # of the time, requests waited for KV cache
+    bound: Bound
+    time_by_bound_s: dict[str, float]
+
+    @property
+    def decode_tok_per_s(self) -> float:
+        """Per request: the inverse of the mean time per output token."""
+        return 1.0 / self.tpot_s.mean if self.tpot_s.mean else 0.0
+
+
+class _Req:
+    __slots__ = (
+        "cached",
+        "computed",
+        "finish",
+        "first",
+        "generated",
+        "preemptions",
+        "prompt",
+        "sent",
+        "spec",
+    )
+
+    def __init__(self, spec: RequestSpec, sent: float) -> None:
+        self.spec = spec
+        self.sent = sent
+        self.prompt = spec.input_len
+        self.cached = 0
+        self.computed = 0  # tokens with KV in the cache (prompt and generated)
+        self.generated = 0
+        self.first = -1.0
+        self.finish = -1.0
+        self.preemptions = 0
+
+    @property
+    def prefilling(self) -> bool:
+        return self.computed < self.prompt
+
+    @property
+    def length(self) -> int:
+        return self.computed
+
+
+def simulate(
+    workload: Workload,
+    limits: ServingLimits,
+    timer: StepTimer,
+    blocks_for: BlocksFor,
+    *,
+    request_overhead_s: float = 0.0,
+    slo: Slo | None = None,
+) -> LoadResult:
+    """Run ``workload`` through the scheduler; every completed request is timed."""
+    specs = sample_requests(workload)
+    longest = max(s.input_len + s.output_len for s in specs)
+    if blocks_for(longest) > limits.num_kv_blocks:
+        raise InvalidArgumentError(
+            f"a request of {longest} tokens needs {blocks_for(longest)} KV blocks but the "
+            f"cache holds {limits.num_kv_blocks}: shorten --input-len/--output-len or give "
+            "the model more memory"
+        )
+    sim = _Simulation(workload, limits, timer, blocks_for, specs)
+    sim.run()
+    return sim.result(request_overhead_s, slo)
+
+
+class _Simulation:
+    def __init__(
+        self,
+        w: Workload,
+        limits: ServingLimits,
+        timer: StepTimer,
+        blocks_for: BlocksFor,
+        specs: tuple[RequestSpec, ...],
+    ) -> None:
+        self.w = w
+        self.limits = limits
+        self.timer = timer
+        # blocks one request holds at each length it can reach (a list: the hot path)
+        longest = max(sp.input_len + sp.output_len for sp in specs) + MAX_STEPS_PER_JUMP + 1
+        self.table = [blocks_for(length) for length in range(longest + 1)]
+        self.pending = deque(specs)
+        self.waiting: deque[_Req] = deque()
+        self.running: list[_Req] = []
+        self.done: list[_Req] = []
+        self.t = 0.0
+        self.in_flight = 0  # sent and not finished (closed loop / concurrency cap)
+        self.cap = w.concurrency if w.concurrency is not None else len(specs)
+        self.prefix_ready = False
+        bs = max(limits.block_size, 1)
+        self.prefix_tokens = (w.prefix_len // bs) * bs if limits.enable_prefix_caching else 0
+        self.batch_time = 0.0
+        self.max_batch = 0
+        self.preemptions = 0
+        self.kv_blocked_s = 0.0
+        self.by_bound: dict[str, float] = {}
+        self.used = 0  # KV blocks the running requests hold
+
+    def blocks(self, length: int) -> int:
+        return self.table[length]
+
+    def growth_blocks(self, decodes: list[_Req], chunks: list[tuple[_Req, int]]) -> int:
+        """Blocks the running requests need beyond what they hold, after this step."""
+        t = self.table
+        grow = 0
+        for r in decodes:
+            c = r.computed
+            grow += t[c + 1] - t[c]
+        for r, n in chunks:
+            grow += t[r.computed + n] - t[r.computed]
+        return grow
+
+    def set_computed(self, r: _Req, tokens: int) -> None:
+        """Change a running request's cached tokens, keeping the block count current."""
+        self.used += self.table[tokens] - self.table[r.computed]
+        r.computed = tokens
+
+    # arrivals --------------------------------------------------------------------------
+    def send_arrivals(self) -> None:
+        while self.pending and self.in_flight < self.cap:
+            nxt = self.pending[0]
+            if nxt.arrival_s is not None and nxt.arrival_s > self.t:
+                break
+            self.pending.popleft()
+            sent = self.t if nxt.arrival_s is None else max(nxt.arrival_s, 0.0)
+            self.waiting.append(_Req(nxt, sent))
+            self.in_flight += 1
+
+    def next_arrival_s(self) -> float | None:
+        if not self.pending or self.in_flight >= self.cap:
+            return None
+        return self.pending[0].arrival_s
+
+    # one step --------------------------------------------------------------------------
+    def schedule(self) -> tuple[list[_Req], list[tuple[_Req, int]], bool]:
+        budget = self.limits.max_num_batched_tokens
+        decodes: list[_Req] = []
+        chunks: list[tuple[_Req, int]] = []
+        for r in self.running:
+            if budget <= 0:
+                break
+            if r.prefilling:
+                n = min(r.prompt - r.computed, budget)
+                chunks.append((r, n))
+                budget -= n
+            else:
+                decodes.append(r)
+                budget -= 1
+        kv_blocked = False
+        # an upper bound of the growth first (blocks(a + b) - blocks(a) <= blocks(b));
+        # the exact sum only when the bound does not fit
+        grow = self.growth_bound(decodes, chunks) if self.waiting else 0
+        is_exact = False
+        capacity = self.limits.num_kv_blocks
+        while self.waiting and len(self.running) < self.limits.max_num_seqs and budget > 0:
+            r = self.waiting[0]
+            start = r.computed
+            if self.prefix_ready and r.preemptions == 0 and self.prefix_tokens < r.prompt:
+                r.cached = self.prefix_tokens
+                start = max(r.computed, self.prefix_tokens)
+            n = min(r.prompt - start, budget)
+            if self.used + grow + self.blocks(start + n) > capacity and not is_exact:
+                grow, is_exact = self.growth_blocks(decodes, chunks), True
+            if self.used + grow + self.blocks(start + n) > capacity:
+                kv_blocked = True
+                r.cached = 0
+                break
+            self.waiting.popleft()
+            self.running.append(r)
+            r.computed = 0
+            self.set_computed(r, start)
+            grow += self.blocks(start + n) - self.blocks(start)
+            chunks.append((r, n))
+            budget -= n
+        return decodes, chunks, kv_blocked
+
+    def growth_bound(self, decodes: list[_Req], chunks: list[tuple[_Req, int]]) -> int:
+        return len(decodes) * self.blocks(1) + sum(self.blocks(n) for _, n in chunks)
+
+    def preempt_until_fits(self, decodes: list[_Req], chunks: list[tuple[_Req, int]]) -> None:
+        if self.used + self.growth_bound(decodes, chunks) <= self.limits.num_kv_blocks:
+            return
+        while len(self.running) > 1:
+            if self.used + self.growth_blocks(decodes, chunks) <= self.limits.num_kv_blocks:
+                return
+            victim = self.running.pop()
+            self.preemptions += 1
+            victim.preemptions += 1
+            self.set_computed(victim, 0)
+            victim.cached = 0
+            # its prompt and what it generated are recomputed as one longer prompt
+            victim.prompt = victim.spec.input_len + victim.generated
+            self.waiting.appendleft(victim)
+            decodes[:] = [d for d in decodes if d is not victim]
+            chunks[:] = [(c, n) for c, n in chunks if c is not victim]
+
+    def finish(self, r: _Req) -> None:
+        r.finish = self.t
+        self.set_computed(r, 0)
+        self.running.remove(r)
+        self.done.append(r)
+        self.in_flight -= 1
+
+    def account(self, st: StepTime, batch: int, steps: int, kv_blocked: bool) -> None:
+        dt = st.time_s * steps
+        self.batch_time += batch * dt
+        self.max_batch = max(self.max_batch, batch)
+        if kv_blocked:
+            self.kv_blocked_s += dt
+        for name, value in (
+            (Bound.COMPUTE, st.compute_s),
+            (Bound.MEMORY, st.memory_s),
+            (Bound.INTERCONNECT, st.comm_s),
+            (Bound.OVERHEAD, st.overhead_s),
+        ):
+            self.by_bound[name.value] = self.by_bound.get(name.value, 0.0) + value * steps
+
+    def run(self) -> None:
+        total = len(self.pending)
+        while len(self.done) < total:
+            self.send_arrivals()
+            if not self.running and not self.waiting:
+                nxt = self.next_arrival_s()
+                if nxt is None:  # pragma: no cover - closed loop always has a request ready
+                    raise RuntimeError("simulation stalled")
+                self.t = max(self.t, nxt)
+                continue
+            decodes, chunks, kv_blocked = self.schedule()
+            self.preempt_until_fits(decodes, chunks)
+            if not decodes and not chunks:  # pragma: no cover - guarded by the fit check
+                raise RuntimeError("scheduler made no progress")
+            if not chunks and self.can_jump(kv_blocked, decodes):
+                self.jump(decodes, kv_blocked)
+                continue
+            finishing = sum(1 for r, n in chunks if r.computed + n >= r.prompt)
+            shape = StepShape(
+                decode_contexts=tuple(r.length for r in decodes),
+                prefill_chunks=tuple((n, r.computed) for r, n in chunks),
+                num_finishing_prefills=finishing,
+            )
+            st = self.timer(shape)
+            self.t += st.time_s
+            self.account(st, len(decodes) + len(chunks), 1, kv_blocked)
+            for r, n in chunks:
+                self.set_computed(r, r.computed + n)
+                if r.computed >= r.prompt:
+                    if r.generated == 0:
+                        r.first = self.t
+                    r.generated += 1
+                    if not self.prefix_ready and r.computed >= self.prefix_tokens:
+                        self.prefix_ready = True
+                    if r.generated >= r.spec.output_len:
+                        self.finish(r)
+            for r in decodes:
+                self.set_computed(r, r.computed + 1)
+                r.generated += 1
+                if r.generated >= r.spec.output_len:
+                    self.finish(r)
+
+    def can_jump(self, kv_blocked: bool, decodes: list[_Req]) -> bool:
+        if self.waiting and not kv_blocked and len(self.running) < self.limits.max_num_seqs:
+            return False
+        if self.used + self.growth_blocks(decodes, []) > self.limits.num_kv_blocks:
+            return False  # the next step preempts: take it step by step
+        return all(not r.prefilling for r in self.running)
+
+    def jump(self, decodes: list[_Req], kv_blocked: bool) -> None:
+        steps = min(r.spec.output_len - r.generated for r in decodes)
+        steps = max(1, min(steps, MAX_STEPS_PER_JUMP))
+        # stay within the KV cache: the growth bound len(decodes) x blocks(steps) first,
+        # the exact growth when the bound is too coarse
+        free = self.limits.num_kv_blocks - self.used
+        if len(decodes) * self.blocks(steps) > free:
+            t = self.table
+            while steps > 1 and sum(t[r.computed + steps] - t[r.computed] for r in decodes) > free:
+                steps //= 2
+        mid = (steps - 1) // 2
+        shape = StepShape(decode_contexts=tuple(r.length + mid for r in decodes))
+        st = self.timer(shape)
+        arrival = self.next_arrival_s()
+        if arrival is not None and self.t + steps * st.time_s > arrival:
+            steps = max(1, int((arrival - self.t) / st.time_s) + 1)
+        self.t += steps * st.time_s
+        self.account(st, len(decodes), steps, kv_blocked)
+        for r in decodes:
+            self.set_computed(r, r.computed + steps)
+            r.generated += steps
+        for r in [r for r in decodes if r.generated >= r.spec.output_len]:
+            self.finish(r)
+
+    # results ---------------------------------------------------------------------------
+    def result(self, request_overhead_s: float, slo: Slo | None) -> LoadResult:
+        timings = [
+            RequestTiming(
+                sent_s=r.sent,
+                first_token_s=r.first + request_overhead_s,
+                finish_s=r.finish + request_overhead_s,
+                input_len=r.spec.input_len,
+                output_len=r.spec.output_len,
+                cached_tokens=r.cached,
+                num_preemptions=r.preemptions,
+            )
+            for r in self.done
+        ]
+        start = min(t.sent_s for t in timings)
+        end = max(t.finish_s for t in timings)
+        duration = max(end - start, 1e-12)
+        out_tokens = sum(t.output_len for t in timings)
+        in_tokens = sum(t.input_len for t in timings)
+        goodput = None
+        if slo is not None:
+            goodput = sum(1 for t in timings if slo.met_by(t)) / duration
+        busy = self.t if self.t > 0 else 1e-12
+        kv_fraction = self.kv_blocked_s / busy
+        parts = dict(self.by_bound)
+        bound = (
+            Bound.CAPACITY
+            if kv_fraction > 0.25 or self.preemptions
+            else Bound(max(parts, key=lambda k: parts[k]))
+        )
+        return LoadResult(
+            concurrency=self.w.concurrency,
+            request_rate_per_s=self.w.request_rate_per_s,
+            num_requests=len(timings),
+            duration_s=duration,
+            ttft_s=Stat.of([t.ttft_s for t in timings]),
+            tpot_s=Stat.of([v for t in timings if (v := t.tpot_s) is not None]),
+            e2e_s=Stat.of([t.e2e_s for t in timings]),
+            output_throughput_tok_per_s=out_tokens / duration,
+            total_throughput_tok_per_s=(out_tokens + in_tokens) / duration,
+            request_throughput_per_s=len(timings) / duration,
+            goodput_per_s=goodput,
+            mean_batch=self.batch_time / busy,
+            max_batch=self.max_batch,
+            num_preemptions=self.preemptions,
+            kv_blocked_fraction=kv_fraction,
+            bound=bound,
+            time_by_bound_s=parts,
+        )

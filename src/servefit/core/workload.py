@@ -1,0 +1,133 @@
+"""What is asked of the server: an arrival process crossed with length distributions and a
+prefix-sharing structure.
+
+- *Arrivals*: a closed loop of ``concurrency`` users (each sends its next request when the
+  previous one finishes; ``vllm bench serve --max-concurrency``) or an open Poisson process
+  of ``request_rate_per_s`` (``--request-rate``), optionally capped by ``concurrency``.
+- *Lengths*: input and output tokens, fixed or uniform within ``mean x (1 +/- range_ratio)``
+  (``--random-range-ratio``).
+- *Prefix*: ``prefix_len`` tokens shared by every request (a system prompt, tool
+  definitions), which a prefix cache computes once.
+- *Turns*: an agent session of ``turns`` turns re-sends its whole history each turn.
+
+Sampling uses a seeded generator: the same workload gives the same requests.
+"""
+
+from __future__ import annotations
+
+from random import Random
+from dataclasses import dataclass
+
+from servefit.errors import InvalidArgumentError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LengthDist:
+    """Tokens per request: ``mean`` fixed, or uniform in ``mean x (1 +/- range_ratio)``."""
+
+    mean: int
+    range_ratio: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.mean < 0:
+            raise InvalidArgumentError(f"token lengths must be >= 0, got {self.mean}")
+        if not 0 <= self.range_ratio < 1:
+            raise InvalidArgumentError(f"--range-ratio must be in [0, 1), got {self.range_ratio}")
+
+    def sample(self, rng: Random) -> int:
+        if not self.range_ratio:
+            return self.mean
+        low = int(self.mean * (1 - self.range_ratio))
+        high = int(self.mean * (1 + self.range_ratio))
+        return rng.randint(low, high)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Workload:
+    input_len: LengthDist  # tokens of each prompt, the shared prefix included
+    output_len: LengthDist
+    concurrency: int | None = 1
+    request_rate_per_s: float | None = None
+    num_requests: int | None = None  # None: enough to reach a steady state
+    prefix_len: int = 0
+    turns: int = 1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.concurrency is not None and self.concurrency < 1:
+            raise InvalidArgumentError(f"--concurrency must be >= 1, got {self.concurrency}")
+        if self.request_rate_per_s is not None and self.request_rate_per_s <= 0:
+            raise InvalidArgumentError(
+                f"--request-rate must be positive, got {self.request_rate_per_s}"
+            )
+        if self.concurrency is None and self.request_rate_per_s is None:
+            raise InvalidArgumentError("a workload needs --concurrency or --request-rate")
+        if self.output_len.mean < 1:
+            raise InvalidArgumentError("--output-len must be >= 1 (a request makes a token)")
+        if self.input_len.mean < 1:
+            raise InvalidArgumentError("--input-len must be >= 1")
+        if self.prefix_len < 0:
+            raise InvalidArgumentError(f"--prefix-len must be >= 0, got {self.prefix_len}")
+        if self.prefix_len >= self.input_len.mean * (1 - self.input_len.range_ratio):
+            raise InvalidArgumentError(
+                f"--prefix-len ({self.prefix_len}) must be shorter than the prompt "
+                f"(--input-len {self.input_len.mean}): the prefix is part of the prompt"
+            )
+        if self.turns < 1:
+            raise InvalidArgumentError(f"--turns must be >= 1, got {self.turns}")
+        if self.num_requests is not None and self.num_requests < 1:
+            raise InvalidArgumentError("--num-requests must be >= 1")
+
+    @property
+    def is_closed_loop(self) -> bool:
+        return self.request_rate_per_s is None
+
+    def resolved_num_requests(self) -> int:
+        """Enough requests for a steady state: every user sends several."""
+        if self.num_requests is not None:
+            return self.num_requests
+        users = self.concurrency or 1
+        return max(24, 4 * users) if self.is_closed_loop else max(64, 4 * users)
+
+    def describe(self) -> str:
+        def length(d: LengthDist) -> str:
+            return f"{d.mean}" + (f" (+/-{d.range_ratio:.0%})" if d.range_ratio else "")
+
+        load = (
+            f"{self.concurrency} concurrent"
+            if self.is_closed_loop
+            else f"Poisson {self.request_rate_per_s:g} req/s"
+            + (f", at most {self.concurrency} concurrent" if self.concurrency else "")
+        )
+        text = f"{length(self.input_len)} in / {length(self.output_len)} out tokens, {load}"
+        if self.prefix_len:
+            text += f", {self.prefix_len}-token shared prefix"
+        if self.turns > 1:
+            text += f", {self.turns}-turn sessions"
+        return text
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestSpec:
+    arrival_s: float | None  # None: closed loop (sent when a user is free)
+    input_len: int
+    output_len: int
+
+
+def sample_requests(w: Workload) -> tuple[RequestSpec, ...]:
+    rng = Random(w.seed)  # seeded: the same workload gives the same requests
+    out = []
+    t = 0.0
+    for _ in range(w.resolved_num_requests()):
+        arrival = None
+        if w.request_rate_per_s is not None:
+            t += rng.expovariate(w.request_rate_per_s)
+            arrival = t
+        out.append(
+            RequestSpec(
+                arrival_s=arrival,
+                input_len=max(1, w.input_len.sample(rng)),
+                output_len=max(1, w.output_len.sample(rng)),
+            )
+        )
+    return tuple(out)
