@@ -1,4 +1,5 @@
-"""The bundled catalogs: GPUs (``data/gpus.toml``) and model configs (``data/models/``).
+"""The bundled catalogs: GPUs (``data/gpus.toml``), model configs (``data/models/``) and the
+performance model's efficiency factors (``data/efficiency.toml``).
 
 Both are data files shipped inside the package, each entry with its source. Loading is
 cached: a CLI call reads the GPU table once and only the one model file it needs.
@@ -13,8 +14,10 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from servefit.core.cost import ApiPrice
 from servefit.core.hardware import GpuCatalog
-from servefit.errors import ConfigError
+from servefit.core.roofline import EfficiencyTable, profile_from_row
+from servefit.errors import ConfigError, InvalidArgumentError
 
 MODELS_PACKAGE = "servefit.data"
 
@@ -30,6 +33,17 @@ def gpu_catalog() -> GpuCatalog:
     if raw.get("schema_version") != 1:
         raise ConfigError(f"gpus.toml: unsupported schema_version {raw.get('schema_version')!r}")
     return GpuCatalog.from_rows(raw["gpu"])
+
+
+@cache
+def efficiency_table() -> EfficiencyTable:
+    """The performance model's efficiency factors per hardware class and engine."""
+    raw = tomllib.loads(_data_file("efficiency.toml").read_text(encoding="utf-8"))
+    if raw.get("schema_version") != 1:
+        raise ConfigError(
+            f"efficiency.toml: unsupported schema_version {raw.get('schema_version')!r}"
+        )
+    return EfficiencyTable(tuple(profile_from_row(row) for row in raw["profile"]))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,3 +91,34 @@ def find_catalog_model(model_id: str) -> CatalogModel | None:
         notes=raw.get("notes", ""),
         published_params=raw.get("published_params"),
     )
+
+
+@cache
+def _prices() -> dict[str, Any]:
+    raw = tomllib.loads(_data_file("prices.toml").read_text(encoding="utf-8"))
+    if raw.get("schema_version") != 1:
+        raise ConfigError(f"prices.toml: unsupported schema_version {raw.get('schema_version')!r}")
+    return raw
+
+
+def gpu_price(gpu_name: str) -> tuple[float, str] | None:
+    """(on-demand $/GPU-hour, where and when it was seen) for a catalog GPU, if known."""
+    for row in _prices()["gpu_hour"]:
+        if row["gpu"] == gpu_name:
+            return float(row["usd_per_gpu_hour"]), f"{row['provider']}, {row['date']}"
+    return None
+
+
+def api_price(name: str) -> ApiPrice:
+    """A per-token API price from the catalog, by (case-insensitive) name."""
+    rows = _prices()["api"]
+    for row in rows:
+        if row["name"].lower() == name.lower():
+            return ApiPrice(
+                name=f"{row['name']} ({row['provider']}, {row['date']})",
+                usd_per_million_input_tokens=float(row["usd_per_million_input_tokens"]),
+                usd_per_million_output_tokens=float(row["usd_per_million_output_tokens"]),
+                source=row["source"],
+            )
+    known = ", ".join(row["name"] for row in rows)
+    raise InvalidArgumentError(f"no API price named {name!r}; known: {known}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from servefit import __version__
+from servefit.adapters.perf_document import PerformanceSection, ScalingSection
 from servefit.core.plan import CapacityPlan
 
 SCHEMA_VERSION = 1
@@ -99,6 +100,8 @@ class PlanDocument(_Doc):
     warnings: list[str]
     assumptions: list[str]
     vllm_command: str
+    performance: PerformanceSection | None = None  # None when the plan does not start
+    scaling: ScalingSection | None = None  # with --num-gpus
 
 
 def plan_document(
@@ -108,6 +111,8 @@ def plan_document(
     source: str,
     vllm_command: str,
     checkpoint_bytes: int | None = None,
+    performance: PerformanceSection | None = None,
+    scaling: ScalingSection | None = None,
 ) -> PlanDocument:
     spec, p, m, r = plan.model, plan.params, plan.memory, plan.settings
     kinds: dict[str, int] = {}
@@ -198,4 +203,6 @@ def plan_document(
         warnings=list(plan.warnings),
         assumptions=list(plan.assumptions),
         vllm_command=vllm_command,
+        performance=performance,
+        scaling=scaling,
     )

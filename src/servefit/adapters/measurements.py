@@ -1,0 +1,189 @@
+"""Published performance measurements, and servefit's prediction of each.
+
+A measurement file (``tests/golden/perf_measurements.json`` is one) lists what someone
+measured -- model, weights, GPU and layout, engine, workload, the metric and its value --
+with the source and a quote. :func:`predict` runs the planner and the performance model on
+the same description, so the same file validates the model (``benchmarks/perf_validation.py``)
+and lets a user check it against their own numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from servefit.adapters.catalog import efficiency_table, find_catalog_model, gpu_catalog
+from servefit.core.hf_config import spec_from_hf_config
+from servefit.core.model_spec import ModelSpec
+from servefit.core.ops import model_coeffs
+from servefit.core.perf import prefill_time_s, simulate_load
+from servefit.core.plan import ServeSettings, plan_capacity
+from servefit.core.quant import WeightFormat, gguf, mlx_affine, nvfp4, uniform_quant
+from servefit.core.roofline import EfficiencyProfile
+from servefit.core.workload import LengthDist, Workload
+from servefit.errors import ConfigError
+
+Metric = Literal[
+    "output_throughput_tok_per_s",
+    "total_throughput_tok_per_s",
+    "decode_tok_per_s_per_request",
+    "tpot_s",
+    "itl_s",
+    "ttft_s",
+    "prefill_tok_per_s",
+]
+
+# Whole-model weight formats for checkpoints that are not in a vLLM-style config
+# (GGUF files, MLX exports, vendor FP4 exports).
+WEIGHT_FORMATS: dict[str, WeightFormat] = {
+    "q4_0": gguf("q4_0"),
+    "q8_0": gguf("q8_0"),
+    "q4_k_m": gguf("q4_k_m"),
+    "mlx-4bit": mlx_affine(4, 64),
+    "mlx-6bit": mlx_affine(6, 64),
+    "mlx-8bit": mlx_affine(8, 64),
+    "nvfp4": nvfp4(),
+}
+
+
+class MeasuredWorkload(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    input_len: int = Field(ge=1)
+    output_len: int = Field(ge=1)
+    concurrency: int | None = Field(default=None, ge=1)
+    request_rate_per_s: float | None = Field(default=None, gt=0)
+    num_requests: int | None = Field(default=None, ge=1)
+    range_ratio: float = 0.0
+
+
+class MeasuredSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_model_len: int | None = None
+    kv_cache_dtype: str = "auto"
+    gpu_memory_utilization: float | None = None
+    quantization: str | None = None  # vLLM --quantization (fp8 at load time)
+    weights: str | None = None  # a whole-model format of WEIGHT_FORMATS
+    enable_prefix_caching: bool = True
+
+
+class Measurement(BaseModel):
+    """One published number with everything needed to reproduce the prediction."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    source_url: str
+    source_title: str
+    source_date: str
+    quote: str
+    model: str  # a servefit catalog id
+    model_as_published: str
+    gpu: str
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    replicas: int = 1  # the value covers this many identical data-parallel replicas
+    engine: str
+    engine_version: str
+    settings: MeasuredSettings = Field(default_factory=MeasuredSettings)
+    workload: MeasuredWorkload
+    metric: Metric
+    value: float = Field(gt=0)
+    regime: str  # e.g. "batch-1 decode", "prefill", "saturated", "moderate load"
+    notes: str = ""
+
+
+class MeasurementFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[1]
+    description: str
+    measurements: list[Measurement]
+
+
+def load_measurements(path: Path) -> list[Measurement]:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read measurements {path}: {exc}") from None
+    return MeasurementFile.model_validate(raw).measurements
+
+
+def _spec(m: Measurement) -> ModelSpec:
+    entry = find_catalog_model(m.model)
+    if entry is None:
+        raise ConfigError(f"measurement {m.id}: {m.model} is not in servefit's model catalog")
+    spec = spec_from_hf_config(entry.config, name=m.model, hf_quant_config=entry.hf_quant_config)
+    if m.settings.weights:
+        fmt = WEIGHT_FORMATS.get(m.settings.weights)
+        if fmt is None:
+            raise ConfigError(
+                f"measurement {m.id}: unknown weights {m.settings.weights!r}; known: "
+                f"{', '.join(WEIGHT_FORMATS)}"
+            )
+        spec = replace(spec, quant=uniform_quant(fmt, method=m.settings.weights))
+    return spec
+
+
+def profile_for(m: Measurement) -> EfficiencyProfile:
+    gpu = gpu_catalog().get(m.gpu)
+    return efficiency_table().for_gpu(gpu, m.engine)
+
+
+def predict(m: Measurement, profile: EfficiencyProfile | None = None) -> float:
+    """servefit's prediction of ``m.metric`` for the measured setup."""
+    gpu = gpu_catalog().get(m.gpu)
+    profile = profile or efficiency_table().for_gpu(gpu, m.engine)
+    spec = _spec(m)
+    w = m.workload
+    s = m.settings
+    longest = int((w.input_len + w.output_len) * (1 + w.range_ratio)) + 16
+    settings = ServeSettings(
+        tensor_parallel_size=m.tp,
+        pipeline_parallel_size=m.pp,
+        max_model_len=s.max_model_len or longest,
+        max_num_seqs=s.max_num_seqs,
+        max_num_batched_tokens=s.max_num_batched_tokens,
+        gpu_memory_utilization=s.gpu_memory_utilization,
+        kv_cache_dtype=s.kv_cache_dtype,
+        quantization=s.quantization,
+        enable_prefix_caching=s.enable_prefix_caching,
+    )
+    plan = plan_capacity(spec, gpu, settings, with_suggestions=False)
+    if not plan.starts:
+        raise ConfigError(f"measurement {m.id}: the setup does not fit: {plan.problems}")
+    coeffs = model_coeffs(
+        plan.model, tp=m.tp, pp=m.pp, ep=m.ep, kv_cache_dtype=plan.settings.kv_cache_dtype
+    )
+    if m.metric == "prefill_tok_per_s":
+        chunk = plan.settings.max_num_batched_tokens
+        seconds = prefill_time_s(coeffs, gpu, profile, w.input_len, 0, chunk)
+        return w.input_len / seconds
+    concurrency = w.concurrency
+    if concurrency is None and w.request_rate_per_s is None:
+        concurrency = w.num_requests  # everything sent at once (offline throughput runs)
+    workload = Workload(
+        input_len=LengthDist(mean=w.input_len, range_ratio=w.range_ratio),
+        output_len=LengthDist(mean=w.output_len, range_ratio=w.range_ratio),
+        concurrency=concurrency,
+        request_rate_per_s=w.request_rate_per_s,
+        num_requests=w.num_requests,
+    )
+    result = simulate_load(plan, coeffs, profile, workload)
+    if m.metric == "output_throughput_tok_per_s":
+        return result.output_throughput_tok_per_s * m.replicas
+    if m.metric == "total_throughput_tok_per_s":
+        return result.total_throughput_tok_per_s * m.replicas
+    if m.metric in ("tpot_s", "itl_s"):
+        return result.tpot_s.mean
+    if m.metric == "decode_tok_per_s_per_request":
+        return 1.0 / result.tpot_s.mean
+    return result.ttft_s.mean
