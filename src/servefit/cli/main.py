@@ -15,7 +15,8 @@ from typing import Any
 import click
 
 from servefit import __version__
-from servefit.errors import ServefitError
+from servefit.cli.performance import pop_workload, predict, workload_options
+from servefit.errors import InvalidArgumentError, ServefitError
 
 EXIT_FITS = 0
 EXIT_DOES_NOT_FIT = 1
@@ -134,6 +135,24 @@ def serve_settings(flags: dict[str, Any]) -> Any:
 @click.option("--gpu-memory-gib", type=float, help="Describe a custom GPU: memory in GiB.")
 @click.option("--gpu-bandwidth-gbps", type=float, help="Custom GPU: memory bandwidth in GB/s.")
 @serve_options
+@workload_options
+@click.option(
+    "--performance/--no-performance",
+    default=True,
+    show_default=True,
+    help="Predict TTFT, decode rate and throughput for the workload.",
+)
+@click.option("--num-gpus", type=int, help="Scaling: find the best TP x PP x DP layout of N GPUs.")
+@click.option(
+    "--gpus-per-node", type=int, default=8, show_default=True, help="Scaling: GPUs per node."
+)
+@click.option(
+    "--objective",
+    type=click.Choice(["throughput", "latency"]),
+    default="throughput",
+    show_default=True,
+    help="Scaling: what the best layout maximises (meeting the SLO flags first).",
+)
 @click.option("--revision", help="Hub revision when the config comes from the Hub.")
 @click.option("--json", "as_json", is_flag=True, help="Print the versioned JSON document.")
 def plan(
@@ -144,17 +163,32 @@ def plan(
     revision: str | None,
     offline: bool,
     as_json: bool,
+    performance: bool,
+    num_gpus: int | None,
+    gpus_per_node: int,
+    objective: str,
     **flags: Any,
 ) -> None:
-    """Does MODEL fit GPU under vLLM? Where does the memory go, and what would fit?
+    """Does MODEL fit GPU under vLLM? Where does the memory go, how fast will the workload
+    run, and what would fit?
 
     MODEL is a Hugging Face id (bundled catalog first, then the Hub), a config.json, or a
     model directory.
     """
     try:
         settings = serve_settings(flags)
+        workload, engine, slo = pop_workload(flags, settings.concurrency or 1)
         code = _plan(
-            model, gpu, gpu_memory_gib, gpu_bandwidth_gbps, settings, revision, offline, as_json
+            model,
+            gpu,
+            gpu_memory_gib,
+            gpu_bandwidth_gbps,
+            settings,
+            revision,
+            offline,
+            as_json,
+            perf_request=(workload, engine, slo) if performance else None,
+            scaling_request=(num_gpus, gpus_per_node, objective) if num_gpus else None,
         )
     except ServefitError as error:
         _fail(error)
@@ -196,8 +230,11 @@ def _plan(
     revision: str | None,
     offline: bool,
     as_json: bool,
+    perf_request: tuple[Any, str | None, Any] | None = None,
+    scaling_request: tuple[int, int, str] | None = None,
 ) -> int:
     from servefit.adapters.model_source import load_model
+    from servefit.adapters.perf_document import performance_section
     from servefit.core.plan import plan_capacity
     from servefit.core.vllm_command import vllm_serve_command
 
@@ -205,6 +242,15 @@ def _plan(
     loaded = load_model(model, revision=revision, allow_hub=not offline)
     result = plan_capacity(loaded.spec, gpu, settings, mamba_ssm_dtype=loaded.mamba_ssm_dtype)
     command = vllm_serve_command(loaded.spec.name, result, settings)
+    perf = None
+    if perf_request is not None and result.starts:
+        perf = predict(result, *perf_request)
+    scaling = None
+    if scaling_request is not None:
+        workload, engine, slo = perf_request or pop_workload(
+            {"input_len": 1024, "output_len": 256}, settings.concurrency or 1
+        )
+        scaling = _scaling_section(loaded, gpu, settings, workload, engine, slo, *scaling_request)
     if as_json:
         from servefit.adapters.plan_document import plan_document
 
@@ -214,21 +260,82 @@ def _plan(
             source=loaded.source,
             vllm_command=command,
             checkpoint_bytes=loaded.checkpoint_bytes,
+            performance=performance_section(perf) if perf else None,
+            scaling=scaling,
         )
         click.echo(doc.model_dump_json(indent=2))
     else:
         from rich.console import Console
 
         from servefit.cli.render import render_plan
+        from servefit.cli.render_perf import render_performance, render_scaling
 
+        console = Console()
         render_plan(
             result,
             model_id=loaded.spec.name,
             vllm_command=command,
-            console=Console(),
+            console=console,
             checkpoint_bytes=loaded.checkpoint_bytes,
         )
+        if perf is not None:
+            render_performance(perf, console)
+        if scaling is not None:
+            render_scaling(scaling, console)
     return EXIT_FITS if result.fits else EXIT_DOES_NOT_FIT
+
+
+def _scaling_section(
+    loaded: Any,
+    gpu: Any,
+    settings: Any,
+    workload: Any,
+    engine: str | None,
+    slo: Any,
+    num_gpus: int,
+    gpus_per_node: int,
+    objective: str,
+) -> Any:
+    from servefit.adapters.catalog import efficiency_table
+    from servefit.adapters.perf_document import ScalingSection, layout_section
+    from servefit.core.ops import model_coeffs
+    from servefit.core.perf import simulate_load
+    from servefit.core.scaling import choose_layout, layout_commands, plan_scaling
+
+    profile = efficiency_table().for_gpu(gpu, engine)
+
+    def simulate(plan: Any, w: Any, ep: int) -> Any:
+        r = plan.settings
+        m = model_coeffs(
+            plan.model,
+            tp=r.tensor_parallel_size,
+            pp=r.pipeline_parallel_size,
+            ep=ep,
+            kv_cache_dtype=r.kv_cache_dtype,
+        )
+        return simulate_load(plan, m, profile, w, slo)
+
+    results = plan_scaling(
+        loaded.spec,
+        gpu,
+        settings,
+        workload,
+        simulate,
+        num_gpus=num_gpus,
+        gpus_per_node=gpus_per_node,
+        mamba_ssm_dtype=loaded.mamba_ssm_dtype,
+    )
+    best = choose_layout(results, objective, slo)
+    return ScalingSection(
+        num_gpus=num_gpus,
+        gpus_per_node=gpus_per_node,
+        objective=objective,
+        layouts=[layout_section(r) for r in results],
+        best=best.layout.label if best else None,
+        commands=list(layout_commands(loaded.spec.name, best.layout, gpus_per_node))
+        if best
+        else [],
+    )
 
 
 @cli.command(context_settings={"ignore_unknown_options": False})
@@ -804,6 +911,157 @@ def _level_line(schedule: Any, summary: Any, meets: bool | None) -> str:
         f"{summary.output_throughput_tok_per_s:10.1f} tok/s, TTFT p50 "
         f"{(ttft or 0) * 1000:8.1f} ms, {summary.successful} ok / {summary.errored} err{verdict}"
     )
+
+
+@cli.command()
+@click.argument("models", nargs=-1, required=True)
+@click.option(
+    "--gpus", "gpu_list", required=True, help="Comma-separated GPUs: A40,A100-80GB,H100,M4-Pro"
+)
+@serve_options
+@workload_options
+@click.option("--json", "as_json", is_flag=True, help="Print the versioned JSON document.")
+def compare(
+    models: tuple[str, ...], gpu_list: str, offline: bool, as_json: bool, **flags: Any
+) -> None:
+    """The same workload for MODELS on several GPUs, side by side: capacity, bandwidth,
+    compute, interconnect, and what bounds each machine."""
+    try:
+        from servefit.adapters.perf_document import compare_document
+        from servefit.cli.performance import compare_rows
+
+        settings = serve_settings(flags)
+        workload, engine, slo = pop_workload(flags, settings.concurrency or 1)
+        names = [g.strip() for g in gpu_list.split(",") if g.strip()]
+        if not names:
+            raise InvalidArgumentError("--gpus needs at least one GPU name")
+        rows, explanation = compare_rows(models, names, settings, workload, engine, slo, offline)
+        doc = compare_document(rows, workload.describe(), explanation)
+    except ServefitError as error:
+        _fail(error)
+    if as_json:
+        click.echo(doc.model_dump_json(indent=2))
+    else:
+        from rich.console import Console
+
+        from servefit.cli.render_perf import render_compare
+
+        render_compare(doc, Console())
+    sys.exit(EXIT_FITS if any(r.fits for r in doc.rows) else EXIT_DOES_NOT_FIT)
+
+
+@cli.command()
+@click.argument("model")
+@click.option("--gpu", required=True, help="GPU name or alias from the catalog.")
+@serve_options
+@workload_options
+@click.option("--usd-per-gpu-hour", type=float, help="Price of one GPU-hour [catalog default].")
+@click.option(
+    "--utilization",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Fraction of the time replicas serve at the predicted throughput.",
+)
+@click.option("--requests-per-task", type=float, default=1.0, show_default=True)
+@click.option("--success-rate", type=float, default=1.0, show_default=True)
+@click.option("--requests-per-day", type=float, help="Your volume: GPU-hours and $ per day.")
+@click.option("--api", "api_name", help="Compare with a per-token API from the price catalog.")
+@click.option("--api-usd-per-million-input", type=float, help="Compare with this API input price.")
+@click.option("--api-usd-per-million-output", type=float, help="... and this output price.")
+@click.option("--json", "as_json", is_flag=True, help="Print the versioned JSON document.")
+def cost(
+    model: str,
+    gpu: str,
+    offline: bool,
+    as_json: bool,
+    usd_per_gpu_hour: float | None,
+    utilization: float,
+    requests_per_task: float,
+    success_rate: float,
+    requests_per_day: float | None,
+    api_name: str | None,
+    api_usd_per_million_input: float | None,
+    api_usd_per_million_output: float | None,
+    **flags: Any,
+) -> None:
+    """$/hour, $/1M tokens and $/successful task for MODEL on GPU at the predicted
+    throughput, and the break-even against a per-token API."""
+    try:
+        from servefit.adapters.catalog import api_price, gpu_catalog, gpu_price
+        from servefit.adapters.model_source import load_model
+        from servefit.adapters.perf_document import cost_document, cost_section, performance_section
+        from servefit.core.cost import ApiPrice, CostInputs, estimate_cost
+        from servefit.core.plan import plan_capacity
+
+        settings = serve_settings(flags)
+        workload, engine, slo = pop_workload(flags, settings.concurrency or 64)
+        spec_gpu = gpu_catalog().get(gpu)
+        loaded = load_model(model, allow_hub=not offline)
+        plan = plan_capacity(
+            loaded.spec, spec_gpu, settings, mamba_ssm_dtype=loaded.mamba_ssm_dtype
+        )
+        if not plan.starts:
+            raise InvalidArgumentError(
+                f"{loaded.spec.name} does not start on {plan.settings.num_gpus} x {spec_gpu.name}: "
+                f"{plan.problems[0]}"
+            )
+        perf = predict(plan, workload, engine, slo)
+        if usd_per_gpu_hour is None:
+            price = gpu_price(spec_gpu.name)
+            if price is None:
+                raise InvalidArgumentError(
+                    f"no catalog price for {spec_gpu.name}: pass --usd-per-gpu-hour"
+                )
+            usd_per_gpu_hour, price_source = price
+        else:
+            price_source = "--usd-per-gpu-hour"
+        api = None
+        if api_usd_per_million_input is not None or api_usd_per_million_output is not None:
+            api = ApiPrice(
+                name="the given API price",
+                usd_per_million_input_tokens=api_usd_per_million_input or 0.0,
+                usd_per_million_output_tokens=api_usd_per_million_output or 0.0,
+            )
+        elif api_name:
+            api = api_price(api_name)
+        inputs = CostInputs(
+            usd_per_gpu_hour=usd_per_gpu_hour,
+            num_gpus=plan.settings.num_gpus,
+            request_throughput_per_s=perf.load.request_throughput_per_s,
+            prefill_s_per_request=perf.prefill.time_s,
+            input_tokens=workload.input_len.mean,
+            output_tokens=workload.output_len.mean,
+            utilization=utilization,
+            requests_per_task=requests_per_task,
+            success_rate=success_rate,
+            requests_per_day=requests_per_day,
+            price_source=price_source,
+        )
+        estimate = estimate_cost(inputs, api)
+        doc = cost_document(
+            model=loaded.spec.name,
+            gpu=spec_gpu.name,
+            num_gpus=plan.settings.num_gpus,
+            performance=performance_section(perf),
+            cost=cost_section(
+                estimate,
+                usd_per_gpu_hour=usd_per_gpu_hour,
+                price_source=price_source,
+                api=api.name if api else None,
+            ),
+        )
+    except ServefitError as error:
+        _fail(error)
+    if as_json:
+        click.echo(doc.model_dump_json(indent=2))
+    else:
+        from rich.console import Console
+
+        from servefit.cli.render_perf import render_cost
+
+        render_cost(doc, Console())
+    sys.exit(EXIT_FITS)
 
 
 @cli.command()
