@@ -42,8 +42,13 @@ def loss(errors: list[float]) -> float:
     return sum(min(abs(e), 1.0) for e in errors) / len(errors)
 
 
-def log_errors(ms: list[Measurement], profile: EfficiencyProfile) -> list[float]:
-    return [math.log(predict(m, profile) / m.value) for m in ms]
+MAX_REQUESTS = 600  # fewer simulated requests while searching (steady state is reached)
+
+
+def log_errors(
+    ms: list[Measurement], profile: EfficiencyProfile, max_requests: int | None = MAX_REQUESTS
+) -> list[float]:
+    return [math.log(predict(m, profile, max_requests=max_requests) / m.value) for m in ms]
 
 
 def _report(ms: list[Measurement], errors: list[float], title: str) -> None:
@@ -90,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
                     best, profile, improved = score, trial, True
         if not improved:
             break
-    _report(ms, before, "before")
-    _report(ms, log_errors(ms, profile), "after")
+    _report(ms, log_errors(ms, profile_for(ms[0]), None), "before (all requests)")
+    _report(ms, log_errors(ms, profile, None), "after (all requests)")
     print("\nfitted:")
     for name in factors:
         print(f"  {name} = {getattr(profile, name)!r}")

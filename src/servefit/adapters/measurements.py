@@ -99,6 +99,7 @@ class Measurement(BaseModel):
     value: float = Field(gt=0)
     regime: str  # e.g. "batch-1 decode", "prefill", "saturated", "moderate load"
     notes: str = ""
+    outlier_reason: str = ""  # why servefit misses this one by far (kept in the statistics)
 
 
 class MeasurementFile(BaseModel):
@@ -138,8 +139,11 @@ def profile_for(m: Measurement) -> EfficiencyProfile:
     return efficiency_table().for_gpu(gpu, m.engine)
 
 
-def predict(m: Measurement, profile: EfficiencyProfile | None = None) -> float:
-    """servefit's prediction of ``m.metric`` for the measured setup."""
+def predict(
+    m: Measurement, profile: EfficiencyProfile | None = None, *, max_requests: int | None = None
+) -> float:
+    """servefit's prediction of ``m.metric`` for the measured setup (``max_requests`` caps
+    the simulated requests: faster, for fitting)."""
     gpu = gpu_catalog().get(m.gpu)
     profile = profile or efficiency_table().for_gpu(gpu, m.engine)
     spec = _spec(m)
@@ -170,12 +174,16 @@ def predict(m: Measurement, profile: EfficiencyProfile | None = None) -> float:
     concurrency = w.concurrency
     if concurrency is None and w.request_rate_per_s is None:
         concurrency = w.num_requests  # everything sent at once (offline throughput runs)
+        if max_requests:
+            concurrency = min(concurrency, max_requests)
     workload = Workload(
         input_len=LengthDist(mean=w.input_len, range_ratio=w.range_ratio),
         output_len=LengthDist(mean=w.output_len, range_ratio=w.range_ratio),
         concurrency=concurrency,
         request_rate_per_s=w.request_rate_per_s,
-        num_requests=w.num_requests,
+        num_requests=(
+            min(w.num_requests, max_requests) if w.num_requests and max_requests else w.num_requests
+        ),
     )
     result = simulate_load(plan, coeffs, profile, workload)
     if m.metric == "output_throughput_tok_per_s":

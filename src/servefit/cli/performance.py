@@ -53,6 +53,11 @@ _WORKLOAD_OPTIONS = [
         type=click.Choice(ENGINES),
         help="Serving engine whose efficiency to assume [vllm; mlx on Apple].",
     ),
+    click.option(
+        "--calibration",
+        type=click.Path(dir_okay=False),
+        help="A profile from `servefit calibrate`: the device's measured efficiency factors.",
+    ),
     click.option("--slo-ttft-ms", type=float, help="Goodput: TTFT limit in ms."),
     click.option("--slo-tpot-ms", type=float, help="Goodput: time-per-output-token limit in ms."),
 ]
@@ -62,6 +67,18 @@ def workload_options(command: Any) -> Any:
     for option in reversed(_WORKLOAD_OPTIONS):
         command = option(command)
     return command
+
+
+def pop_calibration(flags: dict[str, Any]) -> Any:
+    """The calibration document named by --calibration, or None."""
+    from pathlib import Path
+
+    path = flags.pop("calibration", None)
+    if path is None:
+        return None
+    from servefit.calibrate.profile import load_calibration
+
+    return (load_calibration(Path(path)), path)
 
 
 def pop_workload(flags: dict[str, Any], concurrency: int | None) -> tuple[Any, str | None, Any]:
@@ -94,12 +111,27 @@ def pop_workload(flags: dict[str, Any], concurrency: int | None) -> tuple[Any, s
     return workload, engine, slo
 
 
-def predict(plan: Any, workload: Any, engine: str | None, slo: Any, ep: int = 1) -> Any:
-    """The performance plan of ``workload`` on a capacity plan that starts."""
+def profile_for(gpu: Any, engine: str | None, calibration: Any = None) -> Any:
+    """The efficiency profile for a GPU and engine, with a calibration's hardware factors."""
     from servefit.adapters.catalog import efficiency_table
+
+    profile = efficiency_table().for_gpu(gpu, engine)
+    if calibration is None:
+        return profile
+    from servefit.calibrate.profile import calibrated_profile, check_matches
+
+    doc, path = calibration
+    check_matches(doc, gpu)
+    return calibrated_profile(doc, profile, path)
+
+
+def predict(
+    plan: Any, workload: Any, engine: str | None, slo: Any, ep: int = 1, calibration: Any = None
+) -> Any:
+    """The performance plan of ``workload`` on a capacity plan that starts."""
     from servefit.core.perf import plan_performance
 
-    profile = efficiency_table().for_gpu(plan.gpu, engine)
+    profile = profile_for(plan.gpu, engine, calibration)
     return plan_performance(plan, workload, profile, slo=slo, ep=ep)
 
 
@@ -111,6 +143,7 @@ def compare_rows(
     engine: str | None,
     slo: Any,
     offline: bool,
+    calibration: Any = None,
 ) -> tuple[list[Any], list[str]]:
     """One row per (model, GPU): the four numbers, the fit and the performance."""
     from servefit.adapters.catalog import gpu_catalog
@@ -131,7 +164,7 @@ def compare_rows(
             problem = "" if plan.starts else plan.problems[0]
             if plan.starts:
                 try:
-                    perf = predict(plan, workload, engine, slo)
+                    perf = predict(plan, workload, engine, slo, calibration=calibration)
                 except ServefitError as error:
                     problem = str(error)
             n = plan.settings.num_gpus

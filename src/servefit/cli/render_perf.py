@@ -196,3 +196,63 @@ def render_cost(doc: Any, console: Console) -> None:
     console.print("[dim]Assumptions:[/]")
     for note in c.assumptions:
         console.print(f"[dim]  - {note}[/]")
+
+
+def render_calibration(doc: Any, console: Console, output: str | None) -> None:
+    d, m, ds = doc.device, doc.measured, doc.datasheet
+    console.print(
+        f"[bold]{d.name}[/] ({d.backend}"
+        + (f", compute capability {d.compute_capability}" if d.compute_capability else "")
+        + f"), {doc.model} in {doc.dtype}, plan {doc.plan}; datasheet: "
+        + (d.catalog_gpu or "none (the measured ceilings stand in)")
+    )
+    table = Table(title="Ceilings: measured vs datasheet", title_justify="left")
+    for col in ("what", "measured", "datasheet", "ratio"):
+        table.add_column(col, justify="right" if col != "what" else "left")
+    table.add_row(
+        "read bandwidth",
+        f"{m.read_bandwidth_bytes_per_s / 1e9:,.1f} GB/s",
+        f"{ds.memory_bandwidth_bytes_per_s / 1e9:,.1f} GB/s",
+        f"{m.read_bandwidth_bytes_per_s / ds.memory_bandwidth_bytes_per_s:.0%}",
+    )
+    table.add_row(
+        "copy bandwidth (read + write)", f"{m.copy_bandwidth_bytes_per_s / 1e9:,.1f} GB/s", "", ""
+    )
+    for dtype, flops in m.matmul_flops_per_s.items():
+        peak = ds.peak_flops_per_s.get(dtype)
+        table.add_row(
+            f"matmul {dtype}",
+            f"{flops / 1e12:,.2f} TFLOP/s",
+            f"{peak / 1e12:,.2f} TFLOP/s" if peak else "-",
+            f"{flops / peak:.0%}" if peak else "-",
+        )
+    table.add_row(
+        "prefill attention (SDPA)", f"{m.attention_flops_per_s / 1e12:,.2f} TFLOP/s", "", ""
+    )
+    table.add_row("kernel launch", f"{m.launch_overhead_s * 1e6:,.1f} us", "", "")
+    console.print(table)
+    steps = Table(
+        title="Steps of the whole model (layers built, extrapolated): predicted vs measured",
+        title_justify="left",
+    )
+    for col in ("step", "measured", "before", "after", "bound"):
+        steps.add_column(col, justify="right" if col != "step" else "left")
+    for p in doc.points:
+        steps.add_row(
+            f"{p.label} ({p.layers_built}/{p.layers_total} layers)",
+            _ms(p.measured_s),
+            f"{_ms(p.predicted_before_s)} ({p.predicted_before_s / p.measured_s - 1:+.0%})",
+            f"{_ms(p.predicted_after_s)} ({p.predicted_after_s / p.measured_s - 1:+.0%})",
+            p.bound,
+        )
+    console.print(steps)
+    f = doc.profile
+    console.print(
+        f"  fitted: GEMM {f.gemm_efficiency:.0%}, attention {f.attention_efficiency:.0%}, "
+        f"memory {f.memory_efficiency:.0%}, {f.step_overhead_s * 1e3:.2f} ms per step; "
+        f"median |error| {doc.median_error_before:.0%} -> {doc.median_error_after:.0%}"
+    )
+    if output:
+        console.print(
+            f"  profile written to {output}: pass it to plan/compare/cost with --calibration"
+        )

@@ -224,6 +224,16 @@ def plan_performance(
         kv_cache_dtype=r.kv_cache_dtype,
     )
     in_len, out_len = workload.input_len.mean, workload.output_len.mean
+    longest = int((in_len + out_len) * (1 + workload.input_len.range_ratio))
+    if workload.turns > 1:
+        longest = workload.prefix_len + workload.turns * (in_len - workload.prefix_len + out_len)
+    if longest > r.max_model_len:
+        raise InvalidArgumentError(
+            f"requests of up to {longest:,} tokens (input + output"
+            + (", all turns" if workload.turns > 1 else "")
+            + f") exceed --max-model-len {r.max_model_len:,}: vLLM rejects them. Raise "
+            "--max-model-len or shorten --input-len/--output-len"
+        )
     chunk = r.max_num_batched_tokens
     prefill_cold = prefill_time_s(m, gpu, profile, in_len, 0, chunk)
     ttft_cold = prefill_cold + profile.request_overhead_s

@@ -58,8 +58,8 @@ class EfficiencyProfile:
     # token sorting and permutation kernels, and grouped GEMMs that underfill the GPU
     moe_layer_overhead_s: float = 0.0
     low_bit_memory_efficiency: float = 1.0  # x memory efficiency for < 8-bit weights (dequant)
-    low_bit_compute_efficiency: float = 1.0  # x GEMM efficiency when < 8-bit weights are
-    # dequantized into a 16-bit matmul
+    low_bit_compute_efficiency: float = 1.0  # x GEMM efficiency of matmuls with < 8-bit
+    # weights (dequantized into a 16-bit matmul, or on FP4 tensor cores)
     unpublished_flops_per_byte: float = UNKNOWN_COMPUTE_FLOPS_PER_BYTE  # no FLOP/s published
     source: str = ""
     is_calibrated: bool = False
@@ -248,7 +248,7 @@ def op_time(op: OpCost, gpu: GpuSpec, profile: EfficiencyProfile) -> OpTime:
             if op.kind in (OpKind.ATTENTION, OpKind.STATE)
             else profile.gemm_efficiency
         )
-        if op.is_low_bit and dtype in ("bf16", "fp16", "fp32"):
+        if op.is_low_bit:  # 4-bit matmuls: dequantizing kernels or FP4 tensor cores
             eff *= profile.low_bit_compute_efficiency
         peak = peak_flops_per_s(gpu, op.compute_dtype, profile.unpublished_flops_per_byte)
         compute = op.flops / (peak * eff)

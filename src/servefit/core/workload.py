@@ -15,8 +15,8 @@ Sampling uses a seeded generator: the same workload gives the same requests.
 
 from __future__ import annotations
 
-from random import Random
 from dataclasses import dataclass
+from random import Random
 
 from servefit.errors import InvalidArgumentError
 

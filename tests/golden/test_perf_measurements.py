@@ -1,0 +1,77 @@
+"""The performance model against published measurements (tests/golden/perf_measurements.json).
+
+Each measurement carries its source, a quote and the full workload; servefit predicts the
+same metric for the same setup with one efficiency profile per hardware class and engine
+(servefit/data/efficiency.toml). Targets (issue #4): median |error| <= 15 %, p90 <= 35 %.
+``python benchmarks/perf_validation.py`` prints the table.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from servefit.adapters.measurements import Measurement, load_measurements, predict, profile_for
+from servefit.core.stats import percentile
+from servefit.errors import ConfigError
+
+FILE = Path(__file__).with_name("perf_measurements.json")
+MEASUREMENTS = load_measurements(FILE)
+MEDIAN_TARGET = 0.15
+P90_TARGET = 0.35
+
+
+@cache
+def errors() -> dict[str, float]:
+    return {m.id: (predict(m) - m.value) / m.value for m in MEASUREMENTS}
+
+
+def test_the_set_spans_what_the_issue_asks_for():
+    assert len(MEASUREMENTS) >= 25
+    assert len({m.id for m in MEASUREMENTS}) == len(MEASUREMENTS)
+    gpus = " ".join(m.gpu for m in MEASUREMENTS)
+    for family in ("H100", "H200", "B200", "A100", "RTX", "M1", "M2", "M3", "M4"):
+        assert family in gpus, family
+    regimes = " ".join(m.regime for m in MEASUREMENTS)
+    for regime in ("batch-1", "saturated", "prefill", "MoE", "hybrid"):
+        assert regime in regimes, regime
+    formats = {m.settings.weights or m.settings.quantization or "checkpoint" for m in MEASUREMENTS}
+    assert {"fp8", "q4_k_m", "mlx-4bit", "nvfp4"} <= formats
+    engines = {m.engine for m in MEASUREMENTS}
+    assert {"vllm", "trtllm", "llama.cpp", "mlx"} <= engines
+
+
+@pytest.mark.parametrize("m", MEASUREMENTS, ids=lambda m: m.id)
+def test_each_measurement_is_sourced_and_predictable(m: Measurement):
+    assert m.source_url.startswith("https://")
+    assert len(m.quote) > 20
+    error = errors()[m.id]
+    if m.outlier_reason:  # explained in the file, and still counted in the statistics below
+        assert abs(error) > 0.35, f"{m.id} is no longer an outlier ({error:+.0%}): drop the flag"
+        return
+    # no single prediction is off by more than a factor of ~2.5 either way
+    assert -0.6 < error < 1.5, f"{m.id}: predicted {error:+.0%} off"
+
+
+def test_median_and_p90_error_meet_the_targets():
+    ordered = sorted(abs(e) for e in errors().values())
+    median, p90 = percentile(ordered, 50), percentile(ordered, 90)
+    assert median <= MEDIAN_TARGET, f"median |error| {median:.1%}"
+    assert p90 <= P90_TARGET, f"p90 |error| {p90:.1%}"
+
+
+def test_every_hardware_class_is_within_the_median_target():
+    by_class: dict[str, list[float]] = {}
+    for m in MEASUREMENTS:
+        by_class.setdefault(profile_for(m).hardware_class, []).append(abs(errors()[m.id]))
+    for cls, values in by_class.items():
+        assert percentile(sorted(values), 50) <= MEDIAN_TARGET, cls
+
+
+def test_a_bad_measurement_file_is_a_config_error(tmp_path):
+    bad = tmp_path / "m.json"
+    bad.write_text("{not json")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_measurements(bad)
