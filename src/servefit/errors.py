@@ -7,8 +7,9 @@
     │   └── UnsupportedArchitectureError   an architecture we do not understand (names the fields)
     ├── ModelNotFoundError        not in the catalog, not a path, and the Hub is unreachable
     ├── UnknownGpuError           a GPU name not in the catalog (with close-name suggestions)
-    └── InvalidArgumentError      a flag value that cannot be right (negative length, TP that
-                                  does not divide the heads, ...)
+    ├── InvalidArgumentError      a flag value that cannot be right (negative length, TP that
+    │                             does not divide the heads, ...)
+    └── CalibrationError          the device cannot be measured (no PyTorch, no such device)
 
 A plan that does not fit is not an error: it is a result with ``fits=False`` (exit code 1).
 """
@@ -38,3 +39,7 @@ class UnknownGpuError(ServefitError):
 
 class InvalidArgumentError(ServefitError):
     """A flag or argument value that cannot be right."""
+
+
+class CalibrationError(ServefitError):
+    """The device could not be measured (no PyTorch, no such device, out of memory)."""

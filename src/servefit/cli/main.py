@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from servefit import __version__
-from servefit.cli.performance import pop_workload, predict, workload_options
+from servefit.cli.performance import pop_calibration, pop_workload, predict, workload_options
 from servefit.errors import InvalidArgumentError, ServefitError
 
 EXIT_FITS = 0
@@ -177,7 +177,12 @@ def plan(
     """
     try:
         settings = serve_settings(flags)
+        calibration = pop_calibration(flags)
         workload, engine, slo = pop_workload(flags, settings.concurrency or 1)
+        if gpu is None and gpu_memory_gib is None and calibration is not None:
+            from servefit.calibrate.profile import calibrated_device
+
+            gpu = calibrated_device(calibration[0]).name
         code = _plan(
             model,
             gpu,
@@ -189,6 +194,7 @@ def plan(
             as_json,
             perf_request=(workload, engine, slo) if performance else None,
             scaling_request=(num_gpus, gpus_per_node, objective) if num_gpus else None,
+            calibration=calibration,
         )
     except ServefitError as error:
         _fail(error)
@@ -232,19 +238,25 @@ def _plan(
     as_json: bool,
     perf_request: tuple[Any, str | None, Any] | None = None,
     scaling_request: tuple[int, int, str] | None = None,
+    calibration: Any = None,
 ) -> int:
     from servefit.adapters.model_source import load_model
     from servefit.adapters.perf_document import performance_section
     from servefit.core.plan import plan_capacity
     from servefit.core.vllm_command import vllm_serve_command
 
-    gpu = _resolve_gpu(gpu_name, gpu_memory_gib, gpu_bandwidth_gbps)
+    if calibration is not None and gpu_name and gpu_name.endswith("(measured)"):
+        from servefit.calibrate.profile import calibrated_device
+
+        gpu = calibrated_device(calibration[0])
+    else:
+        gpu = _resolve_gpu(gpu_name, gpu_memory_gib, gpu_bandwidth_gbps)
     loaded = load_model(model, revision=revision, allow_hub=not offline)
     result = plan_capacity(loaded.spec, gpu, settings, mamba_ssm_dtype=loaded.mamba_ssm_dtype)
     command = vllm_serve_command(loaded.spec.name, result, settings)
     perf = None
     if perf_request is not None and result.starts:
-        perf = predict(result, *perf_request)
+        perf = predict(result, *perf_request, calibration=calibration)
     scaling = None
     if scaling_request is not None:
         workload, engine, slo = perf_request or pop_workload(
@@ -295,14 +307,15 @@ def _scaling_section(
     num_gpus: int,
     gpus_per_node: int,
     objective: str,
+    calibration: Any = None,
 ) -> Any:
-    from servefit.adapters.catalog import efficiency_table
     from servefit.adapters.perf_document import ScalingSection, layout_section
+    from servefit.cli.performance import profile_for
     from servefit.core.ops import model_coeffs
     from servefit.core.perf import simulate_load
     from servefit.core.scaling import choose_layout, layout_commands, plan_scaling
 
-    profile = efficiency_table().for_gpu(gpu, engine)
+    profile = profile_for(gpu, engine, calibration)
 
     def simulate(plan: Any, w: Any, ep: int) -> Any:
         r = plan.settings
@@ -931,11 +944,18 @@ def compare(
         from servefit.cli.performance import compare_rows
 
         settings = serve_settings(flags)
+        calibration = pop_calibration(flags)
         workload, engine, slo = pop_workload(flags, settings.concurrency or 1)
         names = [g.strip() for g in gpu_list.split(",") if g.strip()]
         if not names:
             raise InvalidArgumentError("--gpus needs at least one GPU name")
-        rows, explanation = compare_rows(models, names, settings, workload, engine, slo, offline)
+        if calibration is not None and len(names) > 1:
+            raise InvalidArgumentError(
+                "--calibration describes one device: compare a single GPU with it"
+            )
+        rows, explanation = compare_rows(
+            models, names, settings, workload, engine, slo, offline, calibration
+        )
         doc = compare_document(rows, workload.describe(), explanation)
     except ServefitError as error:
         _fail(error)
@@ -995,6 +1015,7 @@ def cost(
         from servefit.core.plan import plan_capacity
 
         settings = serve_settings(flags)
+        calibration = pop_calibration(flags)
         workload, engine, slo = pop_workload(flags, settings.concurrency or 64)
         spec_gpu = gpu_catalog().get(gpu)
         loaded = load_model(model, allow_hub=not offline)
@@ -1006,7 +1027,7 @@ def cost(
                 f"{loaded.spec.name} does not start on {plan.settings.num_gpus} x {spec_gpu.name}: "
                 f"{plan.problems[0]}"
             )
-        perf = predict(plan, workload, engine, slo)
+        perf = predict(plan, workload, engine, slo, calibration=calibration)
         if usd_per_gpu_hour is None:
             price = gpu_price(spec_gpu.name)
             if price is None:
@@ -1062,6 +1083,87 @@ def cost(
 
         render_cost(doc, Console())
     sys.exit(EXIT_FITS)
+
+
+@cli.command()
+@click.argument("model")
+@click.option("--device", type=click.Choice(["cuda", "mps", "cpu"]), help="[the best available]")
+@click.option("--gpu", "gpu_name", help="Catalog GPU whose datasheet to compare with [detected].")
+@click.option(
+    "--plan",
+    "plan_name",
+    type=click.Choice(["tiny", "quick", "full"]),
+    default="quick",
+    show_default=True,
+    help="quick: about a minute on a GPU; full: decode to batch 256, prefill to 32k.",
+)
+@click.option("--quick", "is_quick", is_flag=True, help="Same as --plan quick.")
+@click.option("--layers", type=int, help="Layers to build for the synthetic step [plan's].")
+@click.option(
+    "--engine",
+    type=click.Choice(["vllm", "sglang", "trtllm", "llama.cpp", "mlx"]),
+    help="Engine whose profile to start from [vllm; mlx on Apple].",
+)
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the profile JSON.")
+@click.option("--offline", is_flag=True, help="Never contact the Hugging Face Hub.")
+@click.option("--json", "as_json", is_flag=True, help="Print the profile JSON.")
+def calibrate(
+    model: str,
+    device: str | None,
+    gpu_name: str | None,
+    plan_name: str,
+    is_quick: bool,
+    layers: int | None,
+    engine: str | None,
+    output: str | None,
+    offline: bool,
+    as_json: bool,
+) -> None:
+    """Measure this machine (bandwidth, matmul and attention FLOP/s, launch overhead, and
+    a synthetic stack of MODEL's layers) and fit the performance model to it."""
+    try:
+        from pathlib import Path
+
+        from servefit.adapters.catalog import efficiency_table
+        from servefit.adapters.model_source import load_model
+        from servefit.calibrate.run import run_calibration
+        from servefit.core.hardware import custom_gpu
+
+        loaded = load_model(model, allow_hub=not offline)
+        # the engine profile supplies the starting point and the engine's own overheads
+        start_gpu = gpu_catalog_or_custom(gpu_name, custom_gpu)
+        start = efficiency_table().for_gpu(start_gpu, engine)
+        command = " ".join(["servefit", *sys.argv[1:]])
+        doc = run_calibration(
+            loaded.spec,
+            start,
+            device_name=device,
+            gpu_name=gpu_name,
+            plan_name="quick" if is_quick else plan_name,
+            layers=layers,
+            command=command,
+        )
+        if output:
+            Path(output).write_text(doc.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    except ServefitError as error:
+        _fail(error)
+    if as_json:
+        click.echo(doc.model_dump_json(indent=2))
+    else:
+        from rich.console import Console
+
+        from servefit.cli.render_perf import render_calibration
+
+        render_calibration(doc, Console(), output)
+    sys.exit(0)
+
+
+def gpu_catalog_or_custom(gpu_name: str | None, custom_gpu: Any) -> Any:
+    from servefit.adapters.catalog import gpu_catalog
+
+    if gpu_name:
+        return gpu_catalog().get(gpu_name)
+    return custom_gpu(memory_bytes=1, memory_bandwidth_bytes_per_s=1.0, name="this device")
 
 
 @cli.command()

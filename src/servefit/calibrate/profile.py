@@ -1,0 +1,157 @@
+"""The calibration profile: a versioned JSON document, and how plans use it.
+
+``plan``, ``compare`` and ``cost`` take ``--calibration FILE``: the device's *hardware*
+factors (GEMM, attention and memory efficiency) come from the file; the *engine's*
+overheads (per step, per sequence, per request, per MoE layer) stay those of the engine
+profile, because the synthetic step runs plain PyTorch, not the serving engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from servefit.adapters.catalog import gpu_catalog
+from servefit.core.hardware import GpuSpec
+from servefit.core.roofline import EfficiencyProfile
+from servefit.errors import ConfigError
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DeviceSection(_Doc):
+    backend: str
+    name: str
+    catalog_gpu: str | None  # the datasheet used, when the catalog knows the device
+    compute_capability: str | None
+    memory_bytes: int
+    torch_version: str
+
+
+class DatasheetSection(_Doc):
+    source: str
+    memory_bandwidth_bytes_per_s: float
+    peak_flops_per_s: dict[str, float]
+
+
+class CeilingsSection(_Doc):
+    read_bandwidth_bytes_per_s: float
+    copy_bandwidth_bytes_per_s: float
+    matmul_flops_per_s: dict[str, float]
+    attention_flops_per_s: float
+    launch_overhead_s: float
+
+
+class PointSection(_Doc):
+    label: str
+    kind: str
+    batch: int
+    tokens: int
+    context: int
+    measured_s: float  # the whole model, extrapolated per layer
+    predicted_before_s: float
+    predicted_after_s: float
+    bound: str
+    layers_built: int
+    layers_total: int
+
+
+class ProfileSection(_Doc):
+    gemm_efficiency: float
+    attention_efficiency: float
+    memory_efficiency: float
+    step_overhead_s: float
+
+
+class CalibrationDocument(_Doc):
+    schema_version: int
+    servefit_version: str
+    created_utc: str
+    command: str
+    model: str
+    dtype: str
+    plan: str
+    device: DeviceSection
+    datasheet: DatasheetSection
+    measured: CeilingsSection
+    points: list[PointSection]
+    profile: ProfileSection
+    median_error_before: float
+    median_error_after: float
+
+
+def profile_section(p: EfficiencyProfile) -> ProfileSection:
+    return ProfileSection(
+        gemm_efficiency=p.gemm_efficiency,
+        attention_efficiency=p.attention_efficiency,
+        memory_efficiency=p.memory_efficiency,
+        step_overhead_s=p.step_overhead_s,
+    )
+
+
+def load_calibration(path: Path) -> CalibrationDocument:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"--calibration {path}: {error.strerror}") from None
+    try:
+        doc = CalibrationDocument.model_validate_json(text)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise ConfigError(
+            f"--calibration {path} is not a servefit calibration profile ({where}: "
+            f"{first['msg']}); make one with `servefit calibrate --output FILE`"
+        ) from None
+    if doc.schema_version != 1:
+        raise ConfigError(f"--calibration {path}: unsupported schema_version {doc.schema_version}")
+    return doc
+
+
+def calibrated_profile(
+    doc: CalibrationDocument, engine: EfficiencyProfile, path: str
+) -> EfficiencyProfile:
+    """The engine's profile with the device's measured hardware factors."""
+    return replace(
+        engine,
+        gemm_efficiency=doc.profile.gemm_efficiency,
+        attention_efficiency=doc.profile.attention_efficiency,
+        memory_efficiency=doc.profile.memory_efficiency,
+        is_calibrated=True,
+        source=f"calibrated: {path} ({doc.device.name}, {doc.created_utc}); engine overheads "
+        f"of {engine.hardware_class}/{engine.engine}",
+    )
+
+
+def calibrated_device(doc: CalibrationDocument) -> GpuSpec:
+    """The catalog GPU the profile was measured on, or its measured ceilings as a device."""
+    if doc.device.catalog_gpu:
+        return gpu_catalog().get(doc.device.catalog_gpu)
+    peaks = doc.datasheet.peak_flops_per_s
+    return GpuSpec(
+        name=f"{doc.device.name} (measured)",
+        vendor="measured",
+        memory_bytes=max(doc.device.memory_bytes, 1),
+        memory_bandwidth_bytes_per_s=doc.datasheet.memory_bandwidth_bytes_per_s,
+        fp32_flops_per_s=peaks.get("fp32"),
+        tf32_flops_per_s=peaks.get("tf32"),
+        bf16_flops_per_s=peaks.get("bf16"),
+        fp16_flops_per_s=peaks.get("fp16"),
+        fp8_flops_per_s=peaks.get("fp8"),
+        source=f"measured by servefit calibrate ({doc.created_utc})",
+        is_custom=True,
+    )
+
+
+def check_matches(doc: CalibrationDocument, gpu: GpuSpec) -> None:
+    """A profile measured on one device says nothing about another."""
+    measured_on = doc.device.catalog_gpu or f"{doc.device.name} (measured)"
+    if measured_on != gpu.name:
+        raise ConfigError(
+            f"--calibration was measured on {measured_on}, not {gpu.name}: calibrate on that "
+            "GPU, or drop --gpu to plan for the calibrated device"
+        )

@@ -1,0 +1,299 @@
+"""``servefit calibrate``: measure this machine and fit the performance model to it.
+
+1. pick the device (CUDA, Apple MPS or CPU) and find its datasheet in the catalog (by the
+   name the driver reports), or take the measured ceilings as its datasheet;
+2. microbenchmarks (:mod:`.measure`): read and copy bandwidth, matmul FLOP/s per dtype the
+   device supports at the model's projection shapes, prefill attention, launch overhead;
+3. a synthetic stack of the model's layers (:mod:`.synthetic`): prefill and decode steps;
+4. the fit (:mod:`servefit.core.calibration`): efficiency factors from the ceilings, a
+   fixed step cost and one scale so the predicted steps match the measured ones;
+5. a versioned profile (:mod:`.profile`) that ``plan``, ``compare`` and ``cost`` accept
+   with ``--calibration FILE``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+from dataclasses import replace as dataclass_replace
+
+from servefit import __version__
+from servefit.adapters.catalog import gpu_catalog
+from servefit.calibrate.measure import (
+    Budget,
+    Device,
+    import_torch,
+    measure_attention,
+    measure_bandwidth,
+    measure_launch_overhead,
+    measure_matmul,
+    pick_device,
+    supported_matmul_dtypes,
+)
+from servefit.calibrate.profile import (
+    CalibrationDocument,
+    CeilingsSection,
+    DatasheetSection,
+    DeviceSection,
+    PointSection,
+    profile_section,
+)
+from servefit.calibrate.synthetic import StepTiming, SyntheticModel, check_supported
+from servefit.core.calibration import Ceilings, StepPoint, fit_profile
+from servefit.core.hardware import GpuSpec
+from servefit.core.model_spec import AttentionSpec, ModelSpec
+from servefit.core.ops import StepShape, model_coeffs
+from servefit.core.roofline import EfficiencyProfile, peak_flops_per_s, step_time
+from servefit.errors import CalibrationError, UnknownGpuError
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Which steps to measure, and how hard."""
+
+    budget: Budget
+    decode_batches: tuple[int, ...]
+    decode_context: int
+    prefill_tokens: tuple[int, ...]
+    layers: int
+
+    @classmethod
+    def named(cls, name: str, layers: int | None = None) -> Plan:
+        plans = {
+            "tiny": cls(Budget.named("tiny"), (1, 4), 64, (32, 128), 2),
+            "quick": cls(Budget.named("quick"), (1, 8, 64), 1024, (512, 2048), 4),
+            "full": cls(Budget.named("full"), (1, 8, 64, 256), 2048, (1024, 4096, 16384, 32768), 8),
+        }
+        plan = plans[name]
+        return cls(
+            plan.budget,
+            plan.decode_batches,
+            plan.decode_context,
+            plan.prefill_tokens,
+            layers or plan.layers,
+        )
+
+
+def _datasheet(device: Device, gpu_name: str | None) -> GpuSpec | None:
+    name = gpu_name or (device.name.removeprefix("NVIDIA ") if device.backend == "cuda" else None)
+    if name is None:
+        return None
+    try:
+        return gpu_catalog().get(name)
+    except UnknownGpuError:
+        if gpu_name:
+            raise
+        return None
+
+
+def _model_dtype(spec: ModelSpec, device: Device) -> str:
+    if spec.dtype == "float32":
+        return "fp32"
+    return "fp16" if spec.dtype == "float16" else "bf16"
+
+
+def measure_ceilings(device: Device, spec: ModelSpec, plan: Plan) -> Ceilings:
+    read, copy = measure_bandwidth(device, plan.budget)
+    hidden = spec.hidden_size
+    matmul: dict[str, float] = {}
+    for dtype in supported_matmul_dtypes(device):
+        best = 0.0
+        for size in plan.budget.matmul_sizes:
+            # the model's own projection width at a prefill-sized batch of tokens
+            best = max(best, measure_matmul(device, dtype, size, hidden, hidden, plan.budget))
+        matmul[dtype] = best
+    attention_layer = next(
+        (layer.mixer for layer in spec.layers if isinstance(layer.mixer, AttentionSpec)), None
+    )
+    attention = 0.0
+    if attention_layer is not None:
+        attention = measure_attention(
+            device,
+            _model_dtype(spec, device),
+            batch=1,
+            heads=attention_layer.num_q_heads,
+            kv_heads=attention_layer.num_kv_heads,
+            q_len=max(plan.prefill_tokens),
+            kv_len=max(plan.prefill_tokens),
+            head_dim=attention_layer.head_dim,
+            budget=plan.budget,
+        )
+    return Ceilings(
+        read_bandwidth_bytes_per_s=read,
+        copy_bandwidth_bytes_per_s=copy,
+        matmul_flops_per_s=matmul,
+        attention_flops_per_s=attention,
+        launch_overhead_s=measure_launch_overhead(device, plan.budget),
+    )
+
+
+def measure_steps(device: Device, spec: ModelSpec, plan: Plan) -> list[StepTiming]:
+    torch = import_torch()
+    out: list[StepTiming] = []
+    decode = SyntheticModel(
+        spec,
+        device,
+        num_layers=plan.layers,
+        max_batch=max(plan.decode_batches),
+        max_ctx=plan.decode_context + 1,
+    )
+    for b in plan.decode_batches:
+        out.append(
+            decode.time_step(batch=b, tokens=1, context=plan.decode_context, budget=plan.budget)
+        )
+    del decode
+    if device.backend == "cuda":
+        torch.cuda.empty_cache()
+    prefill = SyntheticModel(
+        spec, device, num_layers=plan.layers, max_batch=1, max_ctx=max(plan.prefill_tokens)
+    )
+    for t in plan.prefill_tokens:
+        out.append(prefill.time_step(batch=1, tokens=t, context=0, budget=plan.budget))
+    return out
+
+
+def _shape(t: StepTiming) -> StepShape:
+    if t.kind == "decode":
+        return StepShape(decode_contexts=(t.context,) * t.batch)
+    return StepShape(prefill_chunks=((t.tokens, t.context),) * t.batch)
+
+
+def measured_device_spec(device: Device, ceilings: Ceilings) -> GpuSpec:
+    """A device without a datasheet: its measured ceilings stand in for the peaks."""
+    mm = ceilings.matmul_flops_per_s
+    return GpuSpec(
+        name=f"{device.name} (measured)",
+        vendor="measured",
+        memory_bytes=max(device.memory_bytes, 1),
+        memory_bandwidth_bytes_per_s=ceilings.read_bandwidth_bytes_per_s,
+        fp32_flops_per_s=mm.get("fp32"),
+        tf32_flops_per_s=mm.get("tf32"),
+        bf16_flops_per_s=mm.get("bf16"),
+        fp16_flops_per_s=mm.get("fp16"),
+        fp8_flops_per_s=mm.get("fp8"),
+        source="measured by servefit calibrate",
+        is_custom=True,
+    )
+
+
+def scaled(gpu: GpuSpec, factor: float) -> GpuSpec:
+    """A measured device whose steps ran faster than its microbenchmarks (cache effects)."""
+
+    def up(value: float | None) -> float | None:
+        return value * factor if value else value
+
+    return dataclass_replace(
+        gpu,
+        memory_bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s * factor,
+        fp32_flops_per_s=up(gpu.fp32_flops_per_s),
+        tf32_flops_per_s=up(gpu.tf32_flops_per_s),
+        bf16_flops_per_s=up(gpu.bf16_flops_per_s),
+        fp16_flops_per_s=up(gpu.fp16_flops_per_s),
+        fp8_flops_per_s=up(gpu.fp8_flops_per_s),
+        source=f"{gpu.source}, x {factor:.2f}: the model's steps ran faster than the "
+        "microbenchmarks (caches)",
+    )
+
+
+def run_calibration(
+    spec: ModelSpec,
+    start: EfficiencyProfile,
+    *,
+    device_name: str | None = None,
+    gpu_name: str | None = None,
+    plan_name: str = "quick",
+    layers: int | None = None,
+    command: str = "servefit calibrate",
+) -> CalibrationDocument:
+    check_supported(spec)
+    device = pick_device(device_name)
+    if device.backend == "cpu" and spec.dtype != "float32":
+        # CPUs without bf16 matrix units emulate it very slowly: measure what they run well
+        spec = dataclass_replace(spec, dtype="float32")
+    plan = Plan.named(plan_name, layers)
+    try:
+        ceilings = measure_ceilings(device, spec, plan)
+        timings = measure_steps(device, spec, plan)
+    except RuntimeError as error:  # out of memory, unsupported kernel
+        raise CalibrationError(f"calibration failed on {device.name}: {error}") from None
+    datasheet = _datasheet(device, gpu_name)
+    measured_gpu = measured_device_spec(device, ceilings)
+    base = datasheet or measured_gpu
+    dtype = _model_dtype(spec, device)
+    m = model_coeffs(spec)
+
+    def predict_s(profile: EfficiencyProfile, shape: StepShape, ceiling_scale: float) -> float:
+        gpu = base if ceiling_scale == 1.0 else scaled(base, ceiling_scale)
+        return step_time(m, shape, gpu, profile).time_s
+
+    points = [StepPoint(label=t.label, shape=_shape(t), measured_s=t.model_step_s) for t in timings]
+    fit = fit_profile(
+        start,
+        ceilings,
+        points,
+        predict_s,
+        datasheet_bandwidth_bytes_per_s=base.memory_bandwidth_bytes_per_s,
+        datasheet_peak_flops_per_s=peak_flops_per_s(base, dtype, start.unpublished_flops_per_byte),
+        dtype=dtype,
+        can_raise_ceilings=datasheet is None,
+    )
+    gpu = base if fit.ceiling_scale == 1.0 else scaled(base, fit.ceiling_scale)
+    torch = import_torch()
+    return CalibrationDocument(
+        schema_version=1,
+        servefit_version=__version__,
+        created_utc=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        command=command,
+        model=spec.name,
+        dtype=dtype,
+        plan=plan_name,
+        device=DeviceSection(
+            backend=device.backend,
+            name=device.name,
+            catalog_gpu=datasheet.name if datasheet else None,
+            compute_capability=device.compute_capability,
+            memory_bytes=device.memory_bytes,
+            torch_version=str(torch.__version__),
+        ),
+        datasheet=DatasheetSection(
+            source=gpu.source,
+            memory_bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
+            peak_flops_per_s={
+                d: v
+                for d, v in (
+                    ("fp32", gpu.fp32_flops_per_s),
+                    ("tf32", gpu.tf32_flops_per_s),
+                    ("bf16", gpu.bf16_flops_per_s),
+                    ("fp16", gpu.fp16_flops_per_s),
+                    ("fp8", gpu.fp8_flops_per_s),
+                )
+                if v
+            },
+        ),
+        measured=CeilingsSection(
+            read_bandwidth_bytes_per_s=ceilings.read_bandwidth_bytes_per_s,
+            copy_bandwidth_bytes_per_s=ceilings.copy_bandwidth_bytes_per_s,
+            matmul_flops_per_s=ceilings.matmul_flops_per_s,
+            attention_flops_per_s=ceilings.attention_flops_per_s,
+            launch_overhead_s=ceilings.launch_overhead_s,
+        ),
+        points=[
+            PointSection(
+                label=t.label,
+                kind=t.kind,
+                batch=t.batch,
+                tokens=t.tokens,
+                context=t.context,
+                measured_s=t.model_step_s,
+                predicted_before_s=before,
+                predicted_after_s=after,
+                bound=step_time(m, _shape(t), gpu, fit.profile).bound.value,
+                layers_built=t.layers_built,
+                layers_total=t.layers_total,
+            )
+            for t, before, after in zip(timings, fit.before_s, fit.after_s, strict=True)
+        ],
+        profile=profile_section(fit.profile),
+        median_error_before=fit.median_error_before,
+        median_error_after=fit.median_error_after,
+    )

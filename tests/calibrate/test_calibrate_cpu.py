@@ -1,0 +1,127 @@
+"""servefit calibrate on the CPU with tiny shapes (PyTorch's CPU build): structure, units,
+and that the fitted factors reproduce the measured steps."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the calibrate extra (PyTorch) is not installed")
+
+from servefit.adapters.catalog import efficiency_table, gpu_catalog  # noqa: E402
+from servefit.calibrate.measure import Budget, measure_matmul, pick_device  # noqa: E402
+from servefit.calibrate.profile import (  # noqa: E402
+    calibrated_device,
+    calibrated_profile,
+    load_calibration,
+)
+from servefit.calibrate.run import run_calibration  # noqa: E402
+from servefit.calibrate.synthetic import SyntheticModel  # noqa: E402
+from servefit.core.hf_config import spec_from_hf_config  # noqa: E402
+from servefit.errors import ConfigError, InvalidArgumentError  # noqa: E402
+
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "vocab_size": 1024,
+    "max_position_embeddings": 4096,
+    "torch_dtype": "float32",
+    "tie_word_embeddings": False,
+}
+TINY_MOE = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe",
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "moe_intermediate_size": 64,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "vocab_size": 512,
+    "max_position_embeddings": 4096,
+    "torch_dtype": "float32",
+    "tie_word_embeddings": False,
+}
+
+
+@pytest.fixture(scope="module")
+def doc():
+    spec = spec_from_hf_config(TINY_LLAMA, name="tiny-llama")
+    start = efficiency_table().for_gpu(gpu_catalog().get("H100"))
+    return run_calibration(spec, start, device_name="cpu", plan_name="tiny")
+
+
+def test_profile_structure_and_units(doc):
+    assert doc.schema_version == 1
+    assert doc.device.backend == "cpu" and doc.device.catalog_gpu is None
+    m = doc.measured
+    # a CPU streams somewhere between 0.1 and 1000 GB/s and multiplies at 1e8..1e14 FLOP/s
+    assert 1e8 < m.read_bandwidth_bytes_per_s < 1e12
+    assert 1e8 < m.copy_bandwidth_bytes_per_s < 1e12
+    assert {"fp32", "bf16"} <= set(m.matmul_flops_per_s)
+    assert all(1e8 < v < 1e14 for v in m.matmul_flops_per_s.values())
+    assert 0 < m.launch_overhead_s < 1e-2
+    kinds = [p.kind for p in doc.points]
+    assert kinds.count("decode") == 2 and kinds.count("prefill") == 2
+    for p in doc.points:
+        assert p.measured_s > 0 and p.predicted_after_s > 0
+        assert p.layers_built <= p.layers_total == 4
+    f = doc.profile
+    assert 0 < f.gemm_efficiency <= 1 and 0 < f.memory_efficiency <= 1
+    assert f.step_overhead_s >= 0
+
+
+def test_fitted_factors_reproduce_the_measured_steps(doc):
+    assert doc.median_error_after <= 0.35
+    assert doc.median_error_after <= doc.median_error_before + 1e-9
+
+
+def test_profile_round_trips_and_feeds_plans(doc, tmp_path):
+    path = tmp_path / "cpu.json"
+    path.write_text(doc.model_dump_json())
+    loaded = load_calibration(path)
+    assert loaded == doc
+    device = calibrated_device(loaded)
+    assert device.name == "CPU (measured)"
+    assert device.memory_bandwidth_bytes_per_s == doc.datasheet.memory_bandwidth_bytes_per_s
+    engine = efficiency_table().for_gpu(device)
+    profile = calibrated_profile(loaded, engine, str(path))
+    assert profile.is_calibrated and "calibrated" in profile.label
+    assert profile.gemm_efficiency == doc.profile.gemm_efficiency
+    assert profile.step_overhead_s == engine.step_overhead_s  # the engine's own overheads
+
+
+def test_a_bad_profile_is_a_config_error(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"schema_version": 1}))
+    with pytest.raises(ConfigError, match="servefit calibrate --output"):
+        load_calibration(bad)
+
+
+def test_moe_layers_build_and_run():
+    spec = spec_from_hf_config(TINY_MOE, name="tiny-moe")
+    device = pick_device("cpu")
+    model = SyntheticModel(spec, device, num_layers=2, max_batch=2, max_ctx=64)
+    t = model.time_step(batch=2, tokens=1, context=16, budget=Budget.named("tiny"))
+    assert t.stack_s > 0 and t.model_step_s > t.stack_s * 0.99
+
+
+def test_matmul_timing_counts_flops():
+    device = pick_device("cpu")
+    flops = measure_matmul(device, "fp32", 64, 64, 64, Budget.named("tiny"))
+    assert 1e6 < flops < 1e14
+
+
+def test_unsupported_layers_are_refused_with_the_reason(catalog_model):
+    spec = catalog_model("Qwen/Qwen3.6-27B").spec
+    with pytest.raises(InvalidArgumentError, match="linear_attention"):
+        SyntheticModel(spec, pick_device("cpu"), num_layers=1, max_batch=1, max_ctx=8)
