@@ -125,3 +125,58 @@ def test_unsupported_layers_are_refused_with_the_reason(catalog_model):
     spec = catalog_model("Qwen/Qwen3.6-27B").spec
     with pytest.raises(InvalidArgumentError, match="linear_attention"):
         SyntheticModel(spec, pick_device("cpu"), num_layers=1, max_batch=1, max_ctx=8)
+
+
+def test_cli_calibrate_then_plan_with_the_profile(tmp_path):
+    """The whole path through the real entry point: calibrate on the CPU, then plan with it."""
+    import subprocess
+    import sys
+
+    from tests.unit.test_cli import OFFLINE
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TINY_LLAMA))
+    profile = tmp_path / "cpu.json"
+    cli = [sys.executable, "-m", "servefit.cli.main"]
+    done = subprocess.run(
+        [*cli, "calibrate", str(config), "--device", "cpu", "--plan", "tiny", "-o", str(profile)],
+        capture_output=True,
+        text=True,
+        env=OFFLINE,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Ceilings: measured vs datasheet" in done.stdout
+    assert json.loads(profile.read_text())["device"]["backend"] == "cpu"
+    plan = subprocess.run(
+        [
+            *cli,
+            "plan",
+            str(config),
+            "--calibration",
+            str(profile),
+            "--max-model-len",
+            "2048",
+            "--input-len",
+            "256",
+            "--output-len",
+            "64",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=OFFLINE,
+        timeout=120,
+    )
+    assert plan.returncode == 0, plan.stderr
+    doc = json.loads(plan.stdout)
+    assert doc["gpu"]["name"] == "CPU (measured)"
+    assert "calibrated" in doc["performance"]["efficiency_profile"]
+    wrong = subprocess.run(
+        [*cli, "plan", str(config), "--gpu", "H100", "--calibration", str(profile)],
+        capture_output=True,
+        text=True,
+        env=OFFLINE,
+        timeout=120,
+    )
+    assert wrong.returncode == 2 and "measured on CPU (measured), not H100-SXM" in wrong.stderr
