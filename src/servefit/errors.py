@@ -9,7 +9,8 @@
     ├── UnknownGpuError           a GPU name not in the catalog (with close-name suggestions)
     ├── InvalidArgumentError      a flag value that cannot be right (negative length, TP that
     │                             does not divide the heads, ...)
-    └── CalibrationError          the device cannot be measured (no PyTorch, no such device)
+    ├── CalibrationError          the device cannot be measured (no PyTorch, no such device)
+    └── MonitorError              NVML is unavailable (no NVIDIA driver) or failed
 
 A plan that does not fit is not an error: it is a result with ``fits=False`` (exit code 1).
 """
@@ -43,3 +44,7 @@ class InvalidArgumentError(ServefitError):
 
 class CalibrationError(ServefitError):
     """The device could not be measured (no PyTorch, no such device, out of memory)."""
+
+
+class MonitorError(ServefitError):
+    """NVML is unavailable (no NVIDIA driver) or failed."""

@@ -636,6 +636,11 @@ def null_server(
     type=click.Path(file_okay=False),
     help="Write requests.jsonl and summary.json here.",
 )
+@click.option(
+    "--monitor",
+    is_flag=True,
+    help="Sample the local NVIDIA GPUs (NVML, 10 Hz) into OUTPUT/gpu_samples.jsonl.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary document.")
 def bench(
     url: str,
@@ -677,6 +682,7 @@ def bench(
     slo_tpot_s: float | None,
     slo_e2e_s: float | None,
     output_dir: str | None,
+    monitor: bool,
     as_json: bool,
 ) -> None:
     """Measure an OpenAI-compatible server: TTFT, TPOT, ITL, throughput, goodput, cached tokens."""
@@ -813,11 +819,26 @@ def bench(
             prediction = _bench_prediction(plan_model, plan_gpu, plan_tp, cfg)
         except ServefitError as error:
             _fail(error)
-    if prefix_cache_compare:
-        result = run_cache_comparison(cfg, api_key=api_key, out_dir=out)
-    else:
-        with _progress(as_json, num_requests * (turns if workload == "agent" else 1)) as listener:
-            result = run(cfg, api_key=api_key, out_dir=out, listener=listener)
+    sampler: Any = contextlib.nullcontext()
+    if monitor:
+        from servefit.monitor.nvml import GpuMonitor
+
+        try:
+            if out is None:
+                raise InvalidArgumentError(
+                    "--monitor writes OUTPUT/gpu_samples.jsonl: add --output"
+                )
+            out.mkdir(parents=True, exist_ok=True)
+            sampler = GpuMonitor(out / "gpu_samples.jsonl")
+        except ServefitError as error:
+            _fail(error)
+    with sampler:
+        if prefix_cache_compare:
+            result = run_cache_comparison(cfg, api_key=api_key, out_dir=out)
+        else:
+            total = num_requests * (turns if workload == "agent" else 1)
+            with _progress(as_json, total) as listener:
+                result = run(cfg, api_key=api_key, out_dir=out, listener=listener)
     if prediction is not None:
         result = result.model_copy(update={"prediction": prediction})
         if out is not None:
@@ -1164,6 +1185,158 @@ def gpu_catalog_or_custom(gpu_name: str | None, custom_gpu: Any) -> Any:
     if gpu_name:
         return gpu_catalog().get(gpu_name)
     return custom_gpu(memory_bytes=1, memory_bandwidth_bytes_per_s=1.0, name="this device")
+
+
+@cli.command()
+@click.argument("model", required=False)
+@click.option("--gpu", help="GPU name or alias from the catalog.")
+@serve_options
+@workload_options
+@click.option(
+    "--bench",
+    "bench_dir",
+    type=click.Path(file_okay=False),
+    help="A `servefit bench --output DIR` run of this deployment: measured side by side.",
+)
+@click.option(
+    "--gpu-samples",
+    type=click.Path(dir_okay=False),
+    help="GPU samples (`bench --monitor`) [DIR/gpu_samples.jsonl when present].",
+)
+@click.option("--usd-per-gpu-hour", type=float, help="Economics: price [catalog default].")
+@click.option(
+    "--compare",
+    "compare_files",
+    nargs=2,
+    type=click.Path(dir_okay=False),
+    help="Two report JSON files (--format json) side by side.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["md", "html", "json"]),
+    default="md",
+    show_default=True,
+)
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to a file.")
+def report(
+    model: str | None,
+    gpu: str | None,
+    offline: bool,
+    bench_dir: str | None,
+    gpu_samples: str | None,
+    usd_per_gpu_hour: float | None,
+    compare_files: tuple[str, str] | None,
+    fmt: str,
+    output: str | None,
+    **flags: Any,
+) -> None:
+    """The five-minute checklist for MODEL on GPU: model, memory, workload, performance
+    (predicted and measured), scaling, economics, and the bottleneck diagnosis."""
+    from pathlib import Path
+
+    from servefit.adapters import report as rep
+
+    try:
+        if compare_files:
+            a, b = (rep.load_report(Path(f)) for f in compare_files)
+            text = {
+                "md": rep.render_compare_markdown,
+                "html": rep.render_compare_html,
+            }.get(fmt, rep.render_compare_markdown)(a, b)
+        else:
+            if model is None or gpu is None:
+                raise InvalidArgumentError("report needs MODEL and --gpu (or --compare A B)")
+            doc = _report(model, gpu, offline, bench_dir, gpu_samples, usd_per_gpu_hour, flags)
+            text = {"md": rep.render_markdown, "html": rep.render_html, "json": rep.dumps}[fmt](doc)
+    except ServefitError as error:
+        _fail(error)
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+        click.echo(f"report written to {output}")
+    else:
+        click.echo(text)
+
+
+def _report(
+    model: str,
+    gpu_name: str,
+    offline: bool,
+    bench_dir: str | None,
+    gpu_samples: str | None,
+    usd_per_gpu_hour: float | None,
+    flags: dict[str, Any],
+) -> Any:
+    from pathlib import Path
+
+    from servefit.adapters import report as rep
+    from servefit.adapters.catalog import gpu_catalog, gpu_price
+    from servefit.adapters.model_source import load_model
+    from servefit.adapters.perf_document import cost_section, performance_section
+    from servefit.adapters.plan_document import plan_document
+    from servefit.core.cost import CostInputs, estimate_cost
+    from servefit.core.diagnosis import diagnose
+    from servefit.core.ops import decode_step, model_coeffs, prefill_step, step_ops, total
+    from servefit.core.plan import plan_capacity
+    from servefit.core.roofline import peak_flops_per_s
+    from servefit.core.vllm_command import vllm_serve_command
+    from servefit.monitor.nvml import read_samples
+
+    settings = serve_settings(flags)
+    calibration = pop_calibration(flags)
+    workload, engine, slo = pop_workload(flags, settings.concurrency or 1)
+    gpu = gpu_catalog().get(gpu_name)
+    loaded = load_model(model, allow_hub=not offline)
+    plan = plan_capacity(loaded.spec, gpu, settings, mamba_ssm_dtype=loaded.mamba_ssm_dtype)
+    perf = predict(plan, workload, engine, slo, calibration=calibration) if plan.starts else None
+    doc = plan_document(
+        plan,
+        model_id=loaded.spec.name,
+        source=loaded.source,
+        vllm_command=vllm_serve_command(loaded.spec.name, plan, settings),
+        checkpoint_bytes=loaded.checkpoint_bytes,
+        performance=performance_section(perf) if perf else None,
+    )
+    cost = None
+    price = (usd_per_gpu_hour, "--usd-per-gpu-hour") if usd_per_gpu_hour else gpu_price(gpu.name)
+    if perf is not None and price is not None:
+        estimate = estimate_cost(
+            CostInputs(
+                usd_per_gpu_hour=price[0],
+                num_gpus=plan.settings.num_gpus,
+                request_throughput_per_s=perf.load.request_throughput_per_s,
+                prefill_s_per_request=perf.prefill.time_s,
+                input_tokens=workload.input_len.mean,
+                output_tokens=workload.output_len.mean,
+                price_source=price[1],
+            )
+        )
+        cost = cost_section(estimate, usd_per_gpu_hour=price[0], price_source=price[1], api=None)
+    measured = samples = None
+    if bench_dir:
+        result, records = rep.load_bench(Path(bench_dir))
+        measured = rep.measured_section(result, records, source=str(bench_dir))
+        default_samples = Path(bench_dir) / "gpu_samples.jsonl"
+        if gpu_samples is None and default_samples.exists():
+            gpu_samples = str(default_samples)
+    if gpu_samples:
+        samples = rep.gpu_section(read_samples(Path(gpu_samples)))
+    m = model_coeffs(plan.model, tp=plan.settings.tensor_parallel_size)
+    batch = max(1, round(measured.concurrency)) if measured and measured.concurrency else 1
+    context = workload.input_len.mean + workload.output_len.mean // 2
+    decode_bytes = total(step_ops(m, decode_step(batch, context))).memory_bytes
+    prefill_flops = total(step_ops(m, prefill_step(workload.input_len.mean))).flops
+    observed = rep.observations(
+        measured,
+        samples,
+        decode_bytes_per_step=decode_bytes,
+        prefill_flops=prefill_flops,
+        bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
+        peak_flops_per_s=peak_flops_per_s(gpu, "bf16"),
+    )
+    comm_share = perf.decode.comm_s / perf.decode.time_s if perf else 0.0
+    findings = diagnose(observed, rep.expectations_from(doc, comm_share))
+    return rep.build_report(doc, cost=cost, measured=measured, gpu=samples, findings=findings)
 
 
 @cli.command()

@@ -1,0 +1,1 @@
+"""GPU monitoring during a benchmark (NVML), for the report's diagnosis."""

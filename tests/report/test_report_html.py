@@ -1,0 +1,200 @@
+"""servefit report end to end: a real benchmark against the null server, recorded GPU
+samples, and the HTML report opened in a real headless Chromium (Debian's package, driven
+by Playwright): no console errors, every plot rendered, the key numbers in the DOM."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tests.unit.test_cli import OFFLINE
+
+CLI = [sys.executable, "-m", "servefit.cli.main"]
+TRACE = Path(__file__).parent.parent / "golden" / "gpu_traces" / "decode_bandwidth_bound.jsonl"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _cli(*args: str, timeout: int = 180) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, env=OFFLINE, timeout=timeout
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+@pytest.fixture(scope="module")
+def bench_dir(tmp_path_factory) -> Path:
+    """A real `servefit bench` run (agent sessions) against a real `servefit null-server`."""
+    port = _free_port()
+    server = subprocess.Popen(
+        [*CLI, "null-server", "--port", str(port), "--ttft-ms", "15", "--itl-ms", "4"],
+        env=OFFLINE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        out = tmp_path_factory.mktemp("bench")
+        _cli(
+            "bench",
+            f"http://127.0.0.1:{port}",
+            "--workload",
+            "agent",
+            "--turns",
+            "4",
+            "--input-len",
+            "256",
+            "--output-len",
+            "32",
+            "--concurrency",
+            "4",
+            "--num-requests",
+            "8",
+            "--output",
+            str(out),
+            "--json",
+        )
+        return out
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+REPORT_ARGS = (
+    "report",
+    "meta-llama/Llama-3.1-8B",
+    "--gpu",
+    "H200",
+    "--max-model-len",
+    "8192",
+    "--input-len",
+    "512",
+    "--prefix-len",
+    "256",
+    "--output-len",
+    "32",
+    "--turns",
+    "4",
+    "--concurrency",
+    "4",
+)
+
+
+@pytest.fixture(scope="module")
+def report_files(bench_dir, tmp_path_factory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("report")
+    files = {}
+    for fmt in ("html", "md", "json"):
+        files[fmt] = out / f"report.{fmt}"
+        _cli(
+            *REPORT_ARGS,
+            "--bench",
+            str(bench_dir),
+            "--gpu-samples",
+            str(TRACE),
+            "--format",
+            fmt,
+            "-o",
+            str(files[fmt]),
+        )
+    return files
+
+
+def test_markdown_has_the_checklist(report_files):
+    md = report_files["md"].read_text()
+    for section in (
+        "## Model",
+        "## Memory",
+        "## Workload",
+        "## Performance",
+        "## Scaling",
+        "## Economics",
+        "## Diagnosis",
+    ):
+        assert section in md
+    assert "measured" in md and "bandwidth-bound" in md
+
+
+def test_json_report_and_compare(report_files, tmp_path):
+    doc = json.loads(report_files["json"].read_text())
+    assert doc["schema_version"] == 1
+    assert doc["measured"]["num_requests"] == 32  # 8 sessions x 4 turns, all completed
+    assert len(doc["measured"]["turn_ttft_s"]) == 4
+    assert doc["gpu"]["num_samples"] == 150
+    other = tmp_path / "b.json"
+    _cli(*REPORT_ARGS[:3], "H100", *REPORT_ARGS[4:], "--format", "json", "-o", str(other))
+    md = _cli("report", "--compare", str(report_files["json"]), str(other)).stdout
+    assert "H200-SXM" in md and "H100-SXM" in md and "| TPOT |" in md
+
+
+def _open(path: Path):
+    if CHROMIUM is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must install Chromium (scripts/test_deps.sh)")
+        pytest.skip("Chromium is not installed here (scripts/test_deps.sh installs it)")
+    from playwright.sync_api import sync_playwright
+
+    return sync_playwright(), path
+
+
+def test_html_renders_in_headless_chromium(report_files):
+    manager, path = _open(report_files["html"])
+    doc = json.loads(report_files["json"].read_text())
+    with manager as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1100, "height": 900})
+        problems: list[str] = []
+        page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        page.goto(path.resolve().as_uri())
+        charts = page.eval_on_selector_all(
+            "svg.chart",
+            """els => els.map(e => ({id: e.id, width: e.getBoundingClientRect().width,
+                 shapes: e.querySelectorAll('rect,polyline,circle').length}))""",
+        )
+        text = page.inner_text("body")
+        browser.close()
+    assert problems == []
+    ids = {c["id"] for c in charts}
+    assert {
+        "chart-memory",
+        "chart-curve",
+        "chart-turns",
+        "chart-ttft",
+        "chart-tpot",
+        "chart-gpu0",
+    } <= ids
+    for c in charts:
+        assert c["width"] > 100 and c["shapes"] >= 3, c
+    perf = doc["plan"]["performance"]
+    assert doc["title"] in text
+    assert f"{perf['output_throughput_tok_per_s']:,.0f} tok/s predicted" in text
+    assert "bandwidth-bound" in text and "add batch" in text
