@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
-
 from servefit import __version__
+from servefit.adapters.document import FrozenDoc
 from servefit.core.cost import CostEstimate
 from servefit.core.perf import PerformancePlan
 from servefit.core.scaling import LayoutResult
@@ -14,18 +13,14 @@ from servefit.core.serving import LoadResult, Stat
 SCHEMA_VERSION = 1
 
 
-class _Doc(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class StatSection(_Doc):
+class StatSection(FrozenDoc):
     mean: float
     p50: float
     p90: float
     p99: float
 
 
-class LoadSection(_Doc):
+class LoadSection(FrozenDoc):
     concurrency: int | None
     request_rate_per_s: float | None
     num_requests: int
@@ -43,7 +38,7 @@ class LoadSection(_Doc):
     bound: str
 
 
-class AgentTurnSection(_Doc):
+class AgentTurnSection(FrozenDoc):
     turn: int
     prompt_tokens: int
     cached_tokens: int
@@ -52,7 +47,7 @@ class AgentTurnSection(_Doc):
     decode_s: float
 
 
-class AgentSection(_Doc):
+class AgentSection(FrozenDoc):
     turns: list[AgentTurnSection]
     total_ttft_cold_s: float
     total_ttft_cached_s: float
@@ -62,7 +57,7 @@ class AgentSection(_Doc):
     notes: list[str]
 
 
-class PerformanceSection(_Doc):
+class PerformanceSection(FrozenDoc):
     engine: str
     efficiency_profile: str
     workload: str
@@ -160,7 +155,7 @@ def performance_section(p: PerformancePlan) -> PerformanceSection:
     )
 
 
-class LayoutSection(_Doc):
+class LayoutSection(FrozenDoc):
     layout: str
     tensor_parallel_size: int
     pipeline_parallel_size: int
@@ -173,7 +168,7 @@ class LayoutSection(_Doc):
     problem: str
 
 
-class ScalingSection(_Doc):
+class ScalingSection(FrozenDoc):
     num_gpus: int
     gpus_per_node: int
     objective: str
@@ -197,7 +192,7 @@ def layout_section(r: LayoutResult) -> LayoutSection:
     )
 
 
-class ScenarioSection(_Doc):
+class ScenarioSection(FrozenDoc):
     label: str
     requests_per_day: float
     replicas: int
@@ -206,7 +201,7 @@ class ScenarioSection(_Doc):
     api_usd_per_day: float | None
 
 
-class CostSection(_Doc):
+class CostSection(FrozenDoc):
     usd_per_gpu_hour: float
     price_source: str
     usd_per_hour: float
@@ -254,7 +249,7 @@ def cost_section(
     )
 
 
-class CompareRow(_Doc):
+class CompareRow(FrozenDoc):
     model: str
     gpu: str
     num_gpus: int
@@ -268,7 +263,7 @@ class CompareRow(_Doc):
     performance: PerformanceSection | None
 
 
-class CompareDocument(_Doc):
+class CompareDocument(FrozenDoc):
     schema_version: int
     servefit_version: str
     workload: str
@@ -276,7 +271,7 @@ class CompareDocument(_Doc):
     explanation: list[str]
 
 
-class CostDocument(_Doc):
+class CostDocument(FrozenDoc):
     schema_version: int
     servefit_version: str
     model: str

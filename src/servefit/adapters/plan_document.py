@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
-
 from servefit import __version__
+from servefit.adapters.document import FrozenDoc
 from servefit.adapters.perf_document import PerformanceSection, ScalingSection
 from servefit.core.plan import CapacityPlan
 
 SCHEMA_VERSION = 1
 
 
-class _Doc(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ModelSection(_Doc):
+class ModelSection(FrozenDoc):
     id: str
     source: str
     architecture: str
@@ -33,7 +28,7 @@ class ModelSection(_Doc):
     checkpoint_bytes: int | None  # safetensors index total_size, when the source has one
 
 
-class GpuSection(_Doc):
+class GpuSection(FrozenDoc):
     name: str
     count: int
     memory_bytes: int
@@ -43,7 +38,7 @@ class GpuSection(_Doc):
     source: str
 
 
-class SettingsSection(_Doc):
+class SettingsSection(FrozenDoc):
     tensor_parallel_size: int
     pipeline_parallel_size: int
     max_model_len: int
@@ -59,7 +54,7 @@ class SettingsSection(_Doc):
     context_tokens: int
 
 
-class MemorySection(_Doc):
+class MemorySection(FrozenDoc):
     total_bytes_per_gpu: int
     requested_bytes_per_gpu: int
     weights_bytes_per_gpu: int
@@ -86,7 +81,7 @@ class MemorySection(_Doc):
     mamba_block_limit: int | None
 
 
-class PlanDocument(_Doc):
+class PlanDocument(FrozenDoc):
     schema_version: int
     servefit_version: str
     model: ModelSection

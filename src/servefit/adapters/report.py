@@ -11,10 +11,9 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from servefit import __version__
 from servefit.adapters import svg
+from servefit.adapters.document import FrozenDoc
 from servefit.adapters.perf_document import CostSection
 from servefit.adapters.plan_document import PlanDocument
 from servefit.bench.records import Outcome, RequestRecord
@@ -28,11 +27,7 @@ GIB = 2**30
 MAX_SERIES_POINTS = 400
 
 
-class _Doc(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class MeasuredSection(_Doc):
+class MeasuredSection(FrozenDoc):
     source: str
     num_requests: int
     errored: int
@@ -51,7 +46,7 @@ class MeasuredSection(_Doc):
     preemptions: float | None
 
 
-class GpuSeries(_Doc):
+class GpuSeries(FrozenDoc):
     gpu: int
     t_s: list[float]
     util_pct: list[float]
@@ -60,7 +55,7 @@ class GpuSeries(_Doc):
     tensor_active_pct: list[float | None]
 
 
-class GpuSection(_Doc):
+class GpuSection(FrozenDoc):
     num_samples: int
     util_pct_mean: float
     mem_util_pct_mean: float
@@ -70,14 +65,14 @@ class GpuSection(_Doc):
     series: list[GpuSeries]
 
 
-class FindingSection(_Doc):
+class FindingSection(FrozenDoc):
     verdict: str
     phase: str
     evidence: str
     remedy: str
 
 
-class ReportDocument(_Doc):
+class ReportDocument(FrozenDoc):
     schema_version: int
     servefit_version: str
     title: str

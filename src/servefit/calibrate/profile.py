@@ -11,19 +11,16 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from servefit.adapters.catalog import gpu_catalog
+from servefit.adapters.document import FrozenDoc
 from servefit.core.hardware import GpuSpec
 from servefit.core.roofline import EfficiencyProfile
 from servefit.errors import ConfigError
 
 
-class _Doc(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class DeviceSection(_Doc):
+class DeviceSection(FrozenDoc):
     backend: str
     name: str
     catalog_gpu: str | None  # the datasheet used, when the catalog knows the device
@@ -32,13 +29,13 @@ class DeviceSection(_Doc):
     torch_version: str
 
 
-class DatasheetSection(_Doc):
+class DatasheetSection(FrozenDoc):
     source: str
     memory_bandwidth_bytes_per_s: float
     peak_flops_per_s: dict[str, float]
 
 
-class CeilingsSection(_Doc):
+class CeilingsSection(FrozenDoc):
     read_bandwidth_bytes_per_s: float
     copy_bandwidth_bytes_per_s: float
     matmul_flops_per_s: dict[str, float]
@@ -46,7 +43,7 @@ class CeilingsSection(_Doc):
     launch_overhead_s: float
 
 
-class PointSection(_Doc):
+class PointSection(FrozenDoc):
     label: str
     kind: str
     batch: int
@@ -60,14 +57,14 @@ class PointSection(_Doc):
     layers_total: int
 
 
-class ProfileSection(_Doc):
+class ProfileSection(FrozenDoc):
     gemm_efficiency: float
     attention_efficiency: float
     memory_efficiency: float
     step_overhead_s: float
 
 
-class CalibrationDocument(_Doc):
+class CalibrationDocument(FrozenDoc):
     schema_version: int
     servefit_version: str
     created_utc: str

@@ -15,7 +15,13 @@ from typing import Any
 import click
 
 from servefit import __version__
-from servefit.cli.performance import pop_calibration, pop_workload, predict, workload_options
+from servefit.cli.performance import (
+    cost_inputs,
+    pop_calibration,
+    pop_workload,
+    predict,
+    workload_options,
+)
 from servefit.errors import InvalidArgumentError, ServefitError
 
 EXIT_FITS = 0
@@ -1032,7 +1038,7 @@ def cost(
         from servefit.adapters.catalog import api_price, gpu_catalog, gpu_price
         from servefit.adapters.model_source import load_model
         from servefit.adapters.perf_document import cost_document, cost_section, performance_section
-        from servefit.core.cost import ApiPrice, CostInputs, estimate_cost
+        from servefit.core.cost import ApiPrice, estimate_cost
         from servefit.core.plan import plan_capacity
 
         settings = serve_settings(flags)
@@ -1067,18 +1073,15 @@ def cost(
             )
         elif api_name:
             api = api_price(api_name)
-        inputs = CostInputs(
-            usd_per_gpu_hour=usd_per_gpu_hour,
-            num_gpus=plan.settings.num_gpus,
-            request_throughput_per_s=perf.load.request_throughput_per_s,
-            prefill_s_per_request=perf.prefill.time_s,
-            input_tokens=workload.input_len.mean,
-            output_tokens=workload.output_len.mean,
+        inputs = cost_inputs(
+            perf,
+            plan,
+            usd_per_gpu_hour,
+            price_source,
             utilization=utilization,
             requests_per_task=requests_per_task,
             success_rate=success_rate,
             requests_per_day=requests_per_day,
-            price_source=price_source,
         )
         estimate = estimate_cost(inputs, api)
         doc = cost_document(
@@ -1274,7 +1277,7 @@ def _report(
     from servefit.adapters.model_source import load_model
     from servefit.adapters.perf_document import cost_section, performance_section
     from servefit.adapters.plan_document import plan_document
-    from servefit.core.cost import CostInputs, estimate_cost
+    from servefit.core.cost import estimate_cost
     from servefit.core.diagnosis import diagnose
     from servefit.core.ops import decode_step, model_coeffs, prefill_step, step_ops, total
     from servefit.core.plan import plan_capacity
@@ -1300,17 +1303,7 @@ def _report(
     cost = None
     price = (usd_per_gpu_hour, "--usd-per-gpu-hour") if usd_per_gpu_hour else gpu_price(gpu.name)
     if perf is not None and price is not None:
-        estimate = estimate_cost(
-            CostInputs(
-                usd_per_gpu_hour=price[0],
-                num_gpus=plan.settings.num_gpus,
-                request_throughput_per_s=perf.load.request_throughput_per_s,
-                prefill_s_per_request=perf.prefill.time_s,
-                input_tokens=workload.input_len.mean,
-                output_tokens=workload.output_len.mean,
-                price_source=price[1],
-            )
-        )
+        estimate = estimate_cost(cost_inputs(perf, plan, price[0], price[1]))
         cost = cost_section(estimate, usd_per_gpu_hour=price[0], price_source=price[1], api=None)
     measured = samples = None
     if bench_dir:

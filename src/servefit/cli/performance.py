@@ -135,6 +135,24 @@ def predict(
     return plan_performance(plan, workload, profile, slo=slo, ep=ep)
 
 
+def cost_inputs(
+    perf: Any, plan: Any, usd_per_gpu_hour: float, price_source: str, **task: Any
+) -> Any:
+    """The cost model's inputs from a performance plan at its workload."""
+    from servefit.core.cost import CostInputs
+
+    return CostInputs(
+        usd_per_gpu_hour=usd_per_gpu_hour,
+        num_gpus=plan.settings.num_gpus,
+        request_throughput_per_s=perf.load.request_throughput_per_s,
+        prefill_s_per_request=perf.prefill.time_s,
+        input_tokens=perf.workload.input_len.mean,
+        output_tokens=perf.workload.output_len.mean,
+        price_source=price_source,
+        **task,
+    )
+
+
 def compare_rows(
     models: tuple[str, ...],
     gpu_names: list[str],
