@@ -59,12 +59,50 @@ def _report(ms: list[Measurement], errors: list[float], title: str) -> None:
         print(f"  {m.id[:56]:<56} {r:+7.1%}")
 
 
+def fit(
+    ms: list[Measurement], profile: EfficiencyProfile, factors: list[str], rounds: int
+) -> EfficiencyProfile:
+    best = loss(log_errors(ms, profile))
+    for _ in range(rounds):
+        improved = False
+        for name in factors:
+            for value in GRIDS[name]:
+                trial = replace(profile, **{name: value})
+                score = loss(log_errors(ms, trial))
+                if score < best - 1e-6:
+                    best, profile, improved = score, trial, True
+        if not improved:
+            break
+    return profile
+
+
+def holdout(ms: list[Measurement], factors: list[str], rounds: int) -> int:
+    """Fit on every other measurement, score the rest, and swap: out-of-sample errors."""
+    ordered = sorted(ms, key=lambda m: m.id)
+    folds = (ordered[0::2], ordered[1::2])
+    start = profile_for(ordered[0])
+    scored: list[Measurement] = []
+    errors: list[float] = []
+    for train, test in (folds, folds[::-1]):
+        fitted = fit(train, start, factors, rounds)
+        scored += test
+        errors += log_errors(test, fitted, None)
+    _report(scored, errors, "out of sample (each half scored by a fit on the other half)")
+    _report(ordered, log_errors(ordered, start, None), "in sample (efficiency.toml as is)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("hardware_class")
     parser.add_argument("engine")
     parser.add_argument("--file", type=Path, default=DEFAULT_FILE)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--holdout",
+        action="store_true",
+        help="two-fold cross-validation: fit on half the measurements, score the other half",
+    )
     parser.add_argument(
         "--factors",
         default="gemm_efficiency,attention_efficiency,memory_efficiency,step_overhead_s,"
@@ -81,20 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(ms) < 3:
         print(f"only {len(ms)} measurements use {args.hardware_class}/{args.engine}: not fitted")
         return 1
-    profile = profile_for(ms[0])
-    before = log_errors(ms, profile)
-    best = loss(before)
     factors = [f.strip() for f in args.factors.split(",") if f.strip()]
-    for _ in range(args.rounds):
-        improved = False
-        for name in factors:
-            for value in GRIDS[name]:
-                trial = replace(profile, **{name: value})
-                score = loss(log_errors(ms, trial))
-                if score < best - 1e-6:
-                    best, profile, improved = score, trial, True
-        if not improved:
-            break
+    if args.holdout:
+        return holdout(ms, factors, args.rounds)
+    profile = fit(ms, profile_for(ms[0]), factors, args.rounds)
     _report(ms, log_errors(ms, profile_for(ms[0]), None), "before (all requests)")
     _report(ms, log_errors(ms, profile, None), "after (all requests)")
     print("\nfitted:")

@@ -70,6 +70,15 @@ def test_profile_structure_and_units(doc):
     assert {"fp32", "bf16"} <= set(m.matmul_flops_per_s)
     assert all(1e8 < v < 1e14 for v in m.matmul_flops_per_s.values())
     assert 0 < m.launch_overhead_s < 1e-2
+    # the model's gate/up projection (hidden 256 -> 2 x 512) at each decode batch and prefill
+    assert set(m.projection_flops_per_s) == {
+        "1x256x1024",
+        "4x256x1024",
+        "32x256x1024",
+        "128x256x1024",
+    }
+    assert all(v > 1e6 for v in m.projection_flops_per_s.values())
+    assert 1e7 < m.decode_attention_bytes_per_s < 1e12
     kinds = [p.kind for p in doc.points]
     assert kinds.count("decode") == 2 and kinds.count("prefill") == 2
     for p in doc.points:
@@ -81,8 +90,11 @@ def test_profile_structure_and_units(doc):
 
 
 def test_fitted_factors_reproduce_the_measured_steps(doc):
+    # two fitted numbers (a step overhead, one efficiency scale) for prefill and decode steps
+    # of very different sizes: every step within 60 %, half of them within 35 %
     assert doc.median_error_after <= 0.35
-    assert doc.median_error_after <= doc.median_error_before + 1e-9
+    errors = [abs(p.predicted_after_s / p.measured_s - 1) for p in doc.points]
+    assert max(errors) <= 0.6, errors
 
 
 def test_profile_round_trips_and_feeds_plans(doc, tmp_path):

@@ -129,7 +129,7 @@ class Budget:
     @classmethod
     def named(cls, name: str) -> Budget:
         return {
-            "tiny": cls(64 * 2**20, 2, 1, 3, (128, 256)),
+            "tiny": cls(64 * 2**20, 2, 2, 5, (128, 256)),
             "quick": cls(1 << 30, 3, 3, 10, (2048, 4096, 8192)),
             "full": cls(2 << 30, 4, 5, 20, (2048, 4096, 8192, 16384)),
         }[name]
@@ -228,6 +228,35 @@ def measure_attention(
     seconds = time_s(run, device, warmup=budget.warmup, repeats=budget.repeats)
     pairs = q_len * (kv_len - q_len) + q_len * (q_len + 1) / 2 if causal else q_len * kv_len
     return 4.0 * batch * heads * head_dim * pairs / seconds
+
+
+def measure_decode_attention(
+    device: Device,
+    dtype: str,
+    *,
+    batch: int,
+    heads: int,
+    kv_heads: int,
+    kv_len: int,
+    head_dim: int,
+    budget: Budget,
+) -> float:
+    """Bytes per second of KV cache a decode step's attention reads (one query per sequence)."""
+    torch = import_torch()
+    import torch.nn.functional as F  # noqa: N812
+
+    t, dev, r = _dtype(dtype), device.torch_device, budget.rotate
+    q = [torch.randn(batch, heads, 1, head_dim, device=dev, dtype=t) for _ in range(r)]
+    k = [torch.randn(batch, kv_heads, kv_len, head_dim, device=dev, dtype=t) for _ in range(r)]
+    v = [torch.randn(batch, kv_heads, kv_len, head_dim, device=dev, dtype=t) for _ in range(r)]
+
+    def run(i: int) -> object:
+        return F.scaled_dot_product_attention(
+            q[i % r], k[i % r], v[i % r], enable_gqa=kv_heads != heads
+        )
+
+    seconds = time_s(run, device, warmup=budget.warmup, repeats=budget.repeats)
+    return 2 * batch * kv_heads * kv_len * head_dim * k[0].element_size() / seconds
 
 
 def measure_launch_overhead(device: Device, budget: Budget) -> float:

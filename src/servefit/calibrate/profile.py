@@ -39,7 +39,9 @@ class CeilingsSection(FrozenDoc):
     read_bandwidth_bytes_per_s: float
     copy_bandwidth_bytes_per_s: float
     matmul_flops_per_s: dict[str, float]
-    attention_flops_per_s: float
+    attention_flops_per_s: float  # prefill attention (SDPA, causal)
+    decode_attention_bytes_per_s: float  # KV bytes a decode step's attention reads per second
+    projection_flops_per_s: dict[str, float]  # the model's gate/up projection at each batch
     launch_overhead_s: float
 
 

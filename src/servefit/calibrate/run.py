@@ -25,6 +25,7 @@ from servefit.calibrate.measure import (
     import_torch,
     measure_attention,
     measure_bandwidth,
+    measure_decode_attention,
     measure_launch_overhead,
     measure_matmul,
     pick_device,
@@ -41,7 +42,7 @@ from servefit.calibrate.profile import (
 from servefit.calibrate.synthetic import StepTiming, SyntheticModel, check_supported
 from servefit.core.calibration import Ceilings, StepPoint, fit_profile
 from servefit.core.hardware import GpuSpec
-from servefit.core.model_spec import AttentionSpec, ModelSpec
+from servefit.core.model_spec import AttentionSpec, DenseMlpSpec, ModelSpec, MoeSpec
 from servefit.core.ops import StepShape, model_coeffs
 from servefit.core.roofline import EfficiencyProfile, peak_flops_per_s, step_time
 from servefit.errors import CalibrationError, UnknownGpuError
@@ -52,7 +53,7 @@ class Plan:
     """Which steps to measure, and how hard."""
 
     budget: Budget
-    decode_batches: tuple[int, ...]
+    decode_batches: tuple[int, ...]  # also the batch sizes of the projection matmuls
     decode_context: int
     prefill_tokens: tuple[int, ...]
     layers: int
@@ -102,6 +103,12 @@ def measure_ceilings(device: Device, spec: ModelSpec, plan: Plan) -> Ceilings:
             # the model's own projection width at a prefill-sized batch of tokens
             best = max(best, measure_matmul(device, dtype, size, hidden, hidden, plan.budget))
         matmul[dtype] = best
+    dtype = _model_dtype(spec, device)
+    projections: dict[str, float] = {}
+    width = _projection_width(spec)
+    for batch in (*plan.decode_batches, *plan.prefill_tokens):
+        key = f"{batch}x{hidden}x{width}"
+        projections[key] = measure_matmul(device, dtype, batch, hidden, width, plan.budget)
     attention_layer = next(
         (layer.mixer for layer in spec.layers if isinstance(layer.mixer, AttentionSpec)), None
     )
@@ -118,13 +125,37 @@ def measure_ceilings(device: Device, spec: ModelSpec, plan: Plan) -> Ceilings:
             head_dim=attention_layer.head_dim,
             budget=plan.budget,
         )
+    decode_attention = 0.0
+    if attention_layer is not None:
+        decode_attention = measure_decode_attention(
+            device,
+            dtype,
+            batch=max(plan.decode_batches),
+            heads=attention_layer.num_q_heads,
+            kv_heads=attention_layer.num_kv_heads,
+            kv_len=plan.decode_context,
+            head_dim=attention_layer.head_dim,
+            budget=plan.budget,
+        )
     return Ceilings(
+        decode_attention_bytes_per_s=decode_attention,
+        projection_flops_per_s=projections,
         read_bandwidth_bytes_per_s=read,
         copy_bandwidth_bytes_per_s=copy,
         matmul_flops_per_s=matmul,
         attention_flops_per_s=attention,
         launch_overhead_s=measure_launch_overhead(device, plan.budget),
     )
+
+
+def _projection_width(spec: ModelSpec) -> int:
+    """The widest projection of the first layer: the fused gate/up of its MLP."""
+    mlp = spec.layers[0].mlp
+    if isinstance(mlp, DenseMlpSpec):
+        return mlp.intermediate_size * (2 if mlp.is_gated else 1)
+    if isinstance(mlp, MoeSpec):
+        return 2 * mlp.expert_intermediate_size
+    return spec.hidden_size
 
 
 def measure_steps(device: Device, spec: ModelSpec, plan: Plan) -> list[StepTiming]:
@@ -275,6 +306,8 @@ def run_calibration(
             copy_bandwidth_bytes_per_s=ceilings.copy_bandwidth_bytes_per_s,
             matmul_flops_per_s=ceilings.matmul_flops_per_s,
             attention_flops_per_s=ceilings.attention_flops_per_s,
+            decode_attention_bytes_per_s=ceilings.decode_attention_bytes_per_s,
+            projection_flops_per_s=ceilings.projection_flops_per_s,
             launch_overhead_s=ceilings.launch_overhead_s,
         ),
         points=[

@@ -229,6 +229,14 @@ def render_calibration(doc: Any, console: Console, output: str | None) -> None:
     table.add_row(
         "prefill attention (SDPA)", f"{m.attention_flops_per_s / 1e12:,.2f} TFLOP/s", "", ""
     )
+    table.add_row(
+        "decode attention (KV read)",
+        f"{m.decode_attention_bytes_per_s / 1e9:,.1f} GB/s",
+        f"{ds.memory_bandwidth_bytes_per_s / 1e9:,.1f} GB/s",
+        f"{m.decode_attention_bytes_per_s / ds.memory_bandwidth_bytes_per_s:.0%}",
+    )
+    for shape, flops in m.projection_flops_per_s.items():
+        table.add_row(f"projection {shape}", f"{flops / 1e12:,.3f} TFLOP/s", "", "")
     table.add_row("kernel launch", f"{m.launch_overhead_s * 1e6:,.1f} us", "", "")
     console.print(table)
     steps = Table(

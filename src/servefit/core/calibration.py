@@ -17,7 +17,7 @@ All inputs are numbers; the measuring happens in :mod:`servefit.calibrate`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from servefit.core.ops import StepShape
 from servefit.core.roofline import EfficiencyProfile
@@ -41,8 +41,10 @@ class Ceilings:
     read_bandwidth_bytes_per_s: float
     copy_bandwidth_bytes_per_s: float
     matmul_flops_per_s: dict[str, float]  # by dtype: bf16, fp16, fp32, tf32, fp8
-    attention_flops_per_s: float
+    attention_flops_per_s: float  # prefill (causal, q_len = kv_len)
     launch_overhead_s: float
+    decode_attention_bytes_per_s: float = 0.0  # one query per sequence over a KV cache
+    projection_flops_per_s: dict[str, float] = field(default_factory=dict)  # "MxKxN" -> FLOP/s
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
