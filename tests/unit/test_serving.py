@@ -6,8 +6,8 @@ import pytest
 
 from servefit.core.ops import StepShape
 from servefit.core.roofline import Bound, StepTime
-from servefit.core.serving import ServingLimits, Slo, simulate
-from servefit.core.workload import LengthDist, Workload, sample_requests
+from servefit.core.serving import ServingLimits, simulate
+from servefit.core.workload import LengthDist, Slo, Workload, sample_requests
 from servefit.errors import InvalidArgumentError
 
 DECODE_STEP_S = 0.010  # every step costs 10 ms, plus 1 ms per 1000 prefill tokens

@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from servefit import __version__
 from servefit.adapters.document import FrozenDoc
-from servefit.core.cost import CostEstimate
-from servefit.core.perf import PerformancePlan
-from servefit.core.scaling import LayoutResult
-from servefit.core.serving import LoadResult, Stat
+
+if TYPE_CHECKING:  # the converters only read attributes: plan --json stays quick to start
+    from servefit.core.cost import CostEstimate
+    from servefit.core.perf import PerformancePlan
+    from servefit.core.scaling import LayoutResult
+    from servefit.core.serving import LoadResult, Stat
 
 SCHEMA_VERSION = 1
 

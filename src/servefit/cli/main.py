@@ -247,7 +247,6 @@ def _plan(
     calibration: Any = None,
 ) -> int:
     from servefit.adapters.model_source import load_model
-    from servefit.adapters.perf_document import performance_section
     from servefit.core.plan import plan_capacity
     from servefit.core.vllm_command import vllm_serve_command
 
@@ -260,9 +259,12 @@ def _plan(
     loaded = load_model(model, revision=revision, allow_hub=not offline)
     result = plan_capacity(loaded.spec, gpu, settings, mamba_ssm_dtype=loaded.mamba_ssm_dtype)
     command = vllm_serve_command(loaded.spec.name, result, settings)
-    perf = None
+    perf = perf_doc = None
     if perf_request is not None and result.starts:
+        from servefit.adapters.perf_document import performance_section
+
         perf = predict(result, *perf_request, calibration=calibration)
+        perf_doc = performance_section(perf)
     scaling = None
     if scaling_request is not None:
         workload, engine, slo = perf_request or pop_workload(
@@ -278,7 +280,7 @@ def _plan(
             source=loaded.source,
             vllm_command=command,
             checkpoint_bytes=loaded.checkpoint_bytes,
-            performance=performance_section(perf) if perf else None,
+            performance=perf_doc,
             scaling=scaling,
         )
         click.echo(doc.model_dump_json(indent=2))

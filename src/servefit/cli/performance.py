@@ -83,8 +83,7 @@ def pop_calibration(flags: dict[str, Any]) -> Any:
 
 def pop_workload(flags: dict[str, Any], concurrency: int | None) -> tuple[Any, str | None, Any]:
     """(Workload, engine, Slo | None) from the workload flags."""
-    from servefit.core.serving import Slo
-    from servefit.core.workload import LengthDist, Workload
+    from servefit.core.workload import LengthDist, Slo, Workload
 
     rate = flags.pop("request_rate", None)
     ratio = flags.pop("range_ratio", 0.0)

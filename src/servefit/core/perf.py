@@ -37,8 +37,8 @@ from servefit.core.roofline import (
     kernel_dtype,
     step_time,
 )
-from servefit.core.serving import LoadResult, ServingLimits, Slo, simulate
-from servefit.core.workload import LengthDist, Workload
+from servefit.core.serving import LoadResult, ServingLimits, simulate
+from servefit.core.workload import LengthDist, Slo, Workload
 from servefit.errors import InvalidArgumentError
 
 CURVE_MAX_POINTS = 10

@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 from servefit.core.hardware import GpuSpec
 from servefit.core.model_spec import ModelSpec
 from servefit.core.plan import CapacityPlan, ServeSettings, plan_capacity
-from servefit.core.serving import LoadResult, Slo
-from servefit.core.workload import Workload
+from servefit.core.serving import LoadResult
+from servefit.core.workload import Slo, Workload
 from servefit.errors import ServefitError
 
 OBJECTIVES = ("throughput", "latency")

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from servefit.core.ops import StepShape
 from servefit.core.roofline import Bound, StepTime
 from servefit.core.stats import percentile
-from servefit.core.workload import RequestSpec, Workload, sample_requests
+from servefit.core.workload import RequestSpec, Slo, Workload, sample_requests
 from servefit.errors import InvalidArgumentError
 
 StepTimer = Callable[[StepShape], StepTime]
@@ -78,18 +78,6 @@ class RequestTiming:
         if self.output_len < 2:
             return None
         return (self.finish_s - self.first_token_s) / (self.output_len - 1)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Slo:
-    ttft_s: float | None = None
-    tpot_s: float | None = None
-
-    def met_by(self, r: RequestTiming) -> bool:
-        tpot = r.tpot_s
-        return (self.ttft_s is None or r.ttft_s <= self.ttft_s) and (
-            self.tpot_s is None or tpot is None or tpot <= self.tpot_s
-        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -441,7 +429,7 @@ class _Simulation:
         in_tokens = sum(t.input_len for t in timings)
         goodput = None
         if slo is not None:
-            goodput = sum(1 for t in timings if slo.met_by(t)) / duration
+            goodput = sum(1 for t in timings if slo.met_by(t.ttft_s, t.tpot_s)) / duration
         busy = self.t if self.t > 0 else 1e-12
         kv_fraction = self.kv_blocked_s / busy
         parts = dict(self.by_bound)

@@ -108,6 +108,19 @@ class Workload:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Slo:
+    """Service-level objectives: a request that meets them counts towards goodput."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+
+    def met_by(self, ttft_s: float, tpot_s: float | None) -> bool:
+        return (self.ttft_s is None or ttft_s <= self.ttft_s) and (
+            self.tpot_s is None or tpot_s is None or tpot_s <= self.tpot_s
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RequestSpec:
     arrival_s: float | None  # None: closed loop (sent when a user is free)
     input_len: int
