@@ -80,49 +80,20 @@ def plan_latency() -> list[tuple[str, float, float]]:
 
 def cli_cold_start() -> tuple[float, float, float]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    args = [sys.executable, "-m", "servefit.cli.main"]
+    cli = [sys.executable, "-m", "servefit.cli.main"]
+    seed = ["plan", "Qwen/Qwen3.6-27B-FP8", "--gpu", "A40", "--max-model-len", "32768"]
+
+    def seconds(*args: str) -> float:
+        start = time.perf_counter()
+        subprocess.run([*cli, *args], env=env, capture_output=True, check=False)
+        return time.perf_counter() - start
+
     samples_plan, samples_version, samples_perf = [], [], []
     for _ in range(5):
-        start = time.perf_counter()
-        subprocess.run(
-            [
-                *args,
-                "plan",
-                "Qwen/Qwen3.6-27B-FP8",
-                "--gpu",
-                "A40",
-                "--max-model-len",
-                "32768",
-                "--json",
-            ],
-            env=env,
-            capture_output=True,
-            check=False,
-        )
-        samples_plan.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        subprocess.run([*args, "--version"], env=env, capture_output=True, check=True)
-        samples_version.append(time.perf_counter() - start)
-        # the README's quick start: starts, so the performance section (and its curve) runs
-        start = time.perf_counter()
-        subprocess.run(
-            [
-                *args,
-                "plan",
-                "Qwen/Qwen3.6-27B-FP8",
-                "--gpu",
-                "A40",
-                "--max-model-len",
-                "32768",
-                "--max-num-seqs",
-                "128",
-                "--json",
-            ],
-            env=env,
-            capture_output=True,
-            check=True,
-        )
-        samples_perf.append(time.perf_counter() - start)
+        samples_plan.append(seconds(*seed, "--json"))
+        samples_version.append(seconds("--version"))
+        # the README's quick start: it starts, so the performance section (and its curve) runs
+        samples_perf.append(seconds(*seed, "--max-num-seqs", "128", "--json"))
     return (
         statistics.median(samples_plan),
         statistics.median(samples_version),

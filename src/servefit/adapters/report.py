@@ -19,6 +19,7 @@ from servefit.adapters.plan_document import PlanDocument
 from servefit.bench.records import Outcome, RequestRecord
 from servefit.bench.runner import BenchResult
 from servefit.core.diagnosis import Expectations, Finding, Observations
+from servefit.core.workload import Workload
 from servefit.errors import ConfigError
 from servefit.monitor.nvml import GpuSample
 
@@ -202,33 +203,24 @@ def observations(
     )
 
 
-def workload_traits(plan: PlanDocument) -> list[str]:
-    p = plan.performance
-    if p is None:
-        return []
-    traits = []
-    load = p.load
-    text = p.workload
-    parts = text.split(" ")
-    try:
-        inp, out = float(parts[0]), float(parts[3])
-        traits.append(
-            "input-heavy (prefill dominates)"
-            if inp >= 4 * out
-            else "output-heavy (decode dominates)"
-            if out >= inp
-            else "balanced input and output"
-        )
-    except (ValueError, IndexError):
-        pass
+def workload_traits(w: Workload) -> list[str]:
+    """What kind of workload this is, in the terms that decide what matters."""
+    inp, out = w.input_len.mean, w.output_len.mean
+    if inp >= 4 * out:
+        traits = ["input-heavy (prefill dominates)"]
+    elif out >= inp:
+        traits = ["output-heavy (decode dominates)"]
+    else:
+        traits = ["balanced input and output"]
+    interactive = w.request_rate_per_s is None and (w.concurrency or 0) <= 4
     traits.append(
         "interactive (few requests at once: latency matters)"
-        if (load.concurrency or 0) <= 4 and load.request_rate_per_s is None
+        if interactive
         else "batch / many users (throughput matters)"
     )
-    if "shared prefix" in text:
+    if w.prefix_len:
         traits.append("shared prefixes: prefix caching removes their prefill")
-    if p.agent is not None:
+    if w.turns > 1:
         traits.append("agent sessions re-send their history every turn")
     return traits
 
@@ -240,6 +232,7 @@ def build_report(
     measured: MeasuredSection | None,
     gpu: GpuSection | None,
     findings: tuple[Finding, ...],
+    workload: Workload,
 ) -> ReportDocument:
     return ReportDocument(
         schema_version=SCHEMA_VERSION,
@@ -255,7 +248,7 @@ def build_report(
             )
             for f in findings
         ],
-        workload_traits=workload_traits(plan),
+        workload_traits=workload_traits(workload),
     )
 
 

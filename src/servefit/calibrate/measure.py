@@ -198,9 +198,10 @@ def measure_matmul(device: Device, dtype: str, m: int, k: int, n: int, budget: B
     return 2.0 * m * k * n / seconds
 
 
-def measure_attention(
+def _sdpa_s(
     device: Device,
     dtype: str,
+    budget: Budget,
     *,
     batch: int,
     heads: int,
@@ -208,9 +209,9 @@ def measure_attention(
     q_len: int,
     kv_len: int,
     head_dim: int,
-    budget: Budget,
-) -> float:
-    """FLOP/s of ``scaled_dot_product_attention`` (causal when q_len == kv_len)."""
+) -> tuple[float, int]:
+    """(median seconds, bytes per element) of ``scaled_dot_product_attention``, causal when
+    the queries are the keys (a prefill), over rotating random inputs."""
     torch = import_torch()
     import torch.nn.functional as F  # noqa: N812
 
@@ -225,7 +226,34 @@ def measure_attention(
             q[i % r], k[i % r], v[i % r], is_causal=causal, enable_gqa=kv_heads != heads
         )
 
-    seconds = time_s(run, device, warmup=budget.warmup, repeats=budget.repeats)
+    return time_s(run, device, warmup=budget.warmup, repeats=budget.repeats), k[0].element_size()
+
+
+def measure_attention(
+    device: Device,
+    dtype: str,
+    *,
+    batch: int,
+    heads: int,
+    kv_heads: int,
+    q_len: int,
+    kv_len: int,
+    head_dim: int,
+    budget: Budget,
+) -> float:
+    """FLOP/s of ``scaled_dot_product_attention`` (causal when q_len == kv_len)."""
+    seconds, _ = _sdpa_s(
+        device,
+        dtype,
+        budget,
+        batch=batch,
+        heads=heads,
+        kv_heads=kv_heads,
+        q_len=q_len,
+        kv_len=kv_len,
+        head_dim=head_dim,
+    )
+    causal = q_len == kv_len and q_len > 1
     pairs = q_len * (kv_len - q_len) + q_len * (q_len + 1) / 2 if causal else q_len * kv_len
     return 4.0 * batch * heads * head_dim * pairs / seconds
 
@@ -242,21 +270,18 @@ def measure_decode_attention(
     budget: Budget,
 ) -> float:
     """Bytes per second of KV cache a decode step's attention reads (one query per sequence)."""
-    torch = import_torch()
-    import torch.nn.functional as F  # noqa: N812
-
-    t, dev, r = _dtype(dtype), device.torch_device, budget.rotate
-    q = [torch.randn(batch, heads, 1, head_dim, device=dev, dtype=t) for _ in range(r)]
-    k = [torch.randn(batch, kv_heads, kv_len, head_dim, device=dev, dtype=t) for _ in range(r)]
-    v = [torch.randn(batch, kv_heads, kv_len, head_dim, device=dev, dtype=t) for _ in range(r)]
-
-    def run(i: int) -> object:
-        return F.scaled_dot_product_attention(
-            q[i % r], k[i % r], v[i % r], enable_gqa=kv_heads != heads
-        )
-
-    seconds = time_s(run, device, warmup=budget.warmup, repeats=budget.repeats)
-    return 2 * batch * kv_heads * kv_len * head_dim * k[0].element_size() / seconds
+    seconds, element_bytes = _sdpa_s(
+        device,
+        dtype,
+        budget,
+        batch=batch,
+        heads=heads,
+        kv_heads=kv_heads,
+        q_len=1,
+        kv_len=kv_len,
+        head_dim=head_dim,
+    )
+    return 2 * batch * kv_heads * kv_len * head_dim * element_bytes / seconds
 
 
 def measure_launch_overhead(device: Device, budget: Budget) -> float:

@@ -126,23 +126,45 @@ def calibrated_profile(
     )
 
 
+PEAK_FIELDS = {
+    "fp32": "fp32_flops_per_s",
+    "tf32": "tf32_flops_per_s",
+    "bf16": "bf16_flops_per_s",
+    "fp16": "fp16_flops_per_s",
+    "fp8": "fp8_flops_per_s",
+}
+
+
+def peaks_of(gpu: GpuSpec) -> dict[str, float]:
+    """A device's FLOP/s by dtype, for those it has."""
+    return {d: v for d, f in PEAK_FIELDS.items() if (v := getattr(gpu, f))}
+
+
+def measured_device(
+    name: str, memory_bytes: int, bandwidth_bytes_per_s: float, peaks: dict[str, float], source: str
+) -> GpuSpec:
+    """A device without a datasheet: measured ceilings stand in for its peaks."""
+    return GpuSpec(
+        name=f"{name} (measured)",
+        vendor="measured",
+        memory_bytes=max(memory_bytes, 1),
+        memory_bandwidth_bytes_per_s=bandwidth_bytes_per_s,
+        source=source,
+        is_custom=True,
+        **{field: peaks.get(dtype) for dtype, field in PEAK_FIELDS.items()},
+    )
+
+
 def calibrated_device(doc: CalibrationDocument) -> GpuSpec:
     """The catalog GPU the profile was measured on, or its measured ceilings as a device."""
     if doc.device.catalog_gpu:
         return gpu_catalog().get(doc.device.catalog_gpu)
-    peaks = doc.datasheet.peak_flops_per_s
-    return GpuSpec(
-        name=f"{doc.device.name} (measured)",
-        vendor="measured",
-        memory_bytes=max(doc.device.memory_bytes, 1),
-        memory_bandwidth_bytes_per_s=doc.datasheet.memory_bandwidth_bytes_per_s,
-        fp32_flops_per_s=peaks.get("fp32"),
-        tf32_flops_per_s=peaks.get("tf32"),
-        bf16_flops_per_s=peaks.get("bf16"),
-        fp16_flops_per_s=peaks.get("fp16"),
-        fp8_flops_per_s=peaks.get("fp8"),
-        source=f"measured by servefit calibrate ({doc.created_utc})",
-        is_custom=True,
+    return measured_device(
+        doc.device.name,
+        doc.device.memory_bytes,
+        doc.datasheet.memory_bandwidth_bytes_per_s,
+        doc.datasheet.peak_flops_per_s,
+        f"measured by servefit calibrate ({doc.created_utc})",
     )
 
 

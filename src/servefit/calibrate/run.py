@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from dataclasses import replace as dataclass_replace
 
 from servefit import __version__
-from servefit.adapters.catalog import gpu_catalog
+from servefit.adapters.catalog import efficiency_table, gpu_catalog
 from servefit.calibrate.measure import (
     Budget,
     Device,
@@ -32,11 +32,14 @@ from servefit.calibrate.measure import (
     supported_matmul_dtypes,
 )
 from servefit.calibrate.profile import (
+    PEAK_FIELDS,
     CalibrationDocument,
     CeilingsSection,
     DatasheetSection,
     DeviceSection,
     PointSection,
+    measured_device,
+    peaks_of,
     profile_section,
 )
 from servefit.calibrate.synthetic import StepTiming, SyntheticModel, check_supported
@@ -191,45 +194,31 @@ def _shape(t: StepTiming) -> StepShape:
 
 def measured_device_spec(device: Device, ceilings: Ceilings) -> GpuSpec:
     """A device without a datasheet: its measured ceilings stand in for the peaks."""
-    mm = ceilings.matmul_flops_per_s
-    return GpuSpec(
-        name=f"{device.name} (measured)",
-        vendor="measured",
-        memory_bytes=max(device.memory_bytes, 1),
-        memory_bandwidth_bytes_per_s=ceilings.read_bandwidth_bytes_per_s,
-        fp32_flops_per_s=mm.get("fp32"),
-        tf32_flops_per_s=mm.get("tf32"),
-        bf16_flops_per_s=mm.get("bf16"),
-        fp16_flops_per_s=mm.get("fp16"),
-        fp8_flops_per_s=mm.get("fp8"),
-        source="measured by servefit calibrate",
-        is_custom=True,
+    return measured_device(
+        device.name,
+        device.memory_bytes,
+        ceilings.read_bandwidth_bytes_per_s,
+        ceilings.matmul_flops_per_s,
+        "measured by servefit calibrate",
     )
 
 
 def scaled(gpu: GpuSpec, factor: float) -> GpuSpec:
     """A measured device whose steps ran faster than its microbenchmarks (cache effects)."""
-
-    def up(value: float | None) -> float | None:
-        return value * factor if value else value
-
     return dataclass_replace(
         gpu,
         memory_bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s * factor,
-        fp32_flops_per_s=up(gpu.fp32_flops_per_s),
-        tf32_flops_per_s=up(gpu.tf32_flops_per_s),
-        bf16_flops_per_s=up(gpu.bf16_flops_per_s),
-        fp16_flops_per_s=up(gpu.fp16_flops_per_s),
-        fp8_flops_per_s=up(gpu.fp8_flops_per_s),
         source=f"{gpu.source}, x {factor:.2f}: the model's steps ran faster than the "
         "microbenchmarks (caches)",
+        **{PEAK_FIELDS[d]: v * factor for d, v in peaks_of(gpu).items()},
     )
 
 
 def run_calibration(
     spec: ModelSpec,
-    start: EfficiencyProfile,
+    start: EfficiencyProfile | None = None,
     *,
+    engine: str | None = None,
     device_name: str | None = None,
     gpu_name: str | None = None,
     plan_name: str = "quick",
@@ -250,6 +239,8 @@ def run_calibration(
     datasheet = _datasheet(device, gpu_name)
     measured_gpu = measured_device_spec(device, ceilings)
     base = datasheet or measured_gpu
+    if start is None:  # the engine's profile for this device's class: the starting point
+        start = efficiency_table().for_gpu(base, engine)
     dtype = _model_dtype(spec, device)
     m = model_coeffs(spec)
 
@@ -289,17 +280,7 @@ def run_calibration(
         datasheet=DatasheetSection(
             source=gpu.source,
             memory_bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
-            peak_flops_per_s={
-                d: v
-                for d, v in (
-                    ("fp32", gpu.fp32_flops_per_s),
-                    ("tf32", gpu.tf32_flops_per_s),
-                    ("bf16", gpu.bf16_flops_per_s),
-                    ("fp16", gpu.fp16_flops_per_s),
-                    ("fp8", gpu.fp8_flops_per_s),
-                )
-                if v
-            },
+            peak_flops_per_s=peaks_of(gpu),
         ),
         measured=CeilingsSection(
             read_bandwidth_bytes_per_s=ceilings.read_bandwidth_bytes_per_s,

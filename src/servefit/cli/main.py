@@ -1150,19 +1150,14 @@ def calibrate(
     try:
         from pathlib import Path
 
-        from servefit.adapters.catalog import efficiency_table
         from servefit.adapters.model_source import load_model
         from servefit.calibrate.run import run_calibration
-        from servefit.core.hardware import custom_gpu
 
         loaded = load_model(model, allow_hub=not offline)
-        # the engine profile supplies the starting point and the engine's own overheads
-        start_gpu = gpu_catalog_or_custom(gpu_name, custom_gpu)
-        start = efficiency_table().for_gpu(start_gpu, engine)
         command = " ".join(["servefit", *sys.argv[1:]])
         doc = run_calibration(
             loaded.spec,
-            start,
+            engine=engine,
             device_name=device,
             gpu_name=gpu_name,
             plan_name="quick" if is_quick else plan_name,
@@ -1182,14 +1177,6 @@ def calibrate(
 
         render_calibration(doc, Console(), output)
     sys.exit(0)
-
-
-def gpu_catalog_or_custom(gpu_name: str | None, custom_gpu: Any) -> Any:
-    from servefit.adapters.catalog import gpu_catalog
-
-    if gpu_name:
-        return gpu_catalog().get(gpu_name)
-    return custom_gpu(memory_bytes=1, memory_bandwidth_bytes_per_s=1.0, name="this device")
 
 
 @cli.command()
@@ -1331,7 +1318,9 @@ def _report(
     )
     comm_share = perf.decode.comm_s / perf.decode.time_s if perf else 0.0
     findings = diagnose(observed, rep.expectations_from(doc, comm_share))
-    return rep.build_report(doc, cost=cost, measured=measured, gpu=samples, findings=findings)
+    return rep.build_report(
+        doc, cost=cost, measured=measured, gpu=samples, findings=findings, workload=workload
+    )
 
 
 @cli.command()

@@ -14,7 +14,7 @@ The steps, one named call each:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from servefit.core.agent import AgentSession, plan_agent_session
@@ -28,6 +28,7 @@ from servefit.core.ops import (
     model_coeffs,
     prefill_step,
     step_ops,
+    total,
 )
 from servefit.core.plan import CapacityPlan
 from servefit.core.roofline import (
@@ -56,6 +57,7 @@ class PhaseEstimate:
     overhead_s: float
     flops: float
     bytes_read: float  # weights + KV/state + activations
+    weight_bytes: float  # of which weights
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,12 +103,7 @@ def _phase(
     m: ModelCoeffs, shape: StepShape, gpu: GpuSpec, profile: EfficiencyProfile
 ) -> PhaseEstimate:
     st = step_time(m, shape, gpu, profile)
-    flops = 0.0
-    read = 0.0
-    for stage in range(m.pp):
-        for op in step_ops(m, shape, stage):
-            flops += op.flops
-            read += op.weight_bytes + op.kv_read_bytes + op.activation_in_bytes
+    t = total(op for stage in range(m.pp) for op in step_ops(m, shape, stage))
     return PhaseEstimate(
         time_s=st.time_s,
         bound=st.bound,
@@ -114,8 +111,9 @@ def _phase(
         memory_s=st.memory_s,
         comm_s=st.comm_s,
         overhead_s=st.overhead_s,
-        flops=flops,
-        bytes_read=read,
+        flops=t.flops,
+        bytes_read=t.weight_bytes + t.kv_read_bytes + t.activation_in_bytes,
+        weight_bytes=t.weight_bytes,
     )
 
 
@@ -128,7 +126,7 @@ def prefill_time_s(
     chunk_tokens: int,
 ) -> float:
     """A prompt alone on the server: chunks of ``chunk_tokens`` one after another."""
-    total = 0.0
+    seconds = 0.0
     done = 0
     while done < new_tokens:
         n = min(chunk_tokens, new_tokens - done)
@@ -136,9 +134,9 @@ def prefill_time_s(
             prefill_chunks=((n, cached_tokens + done),),
             num_finishing_prefills=1 if done + n >= new_tokens else 0,
         )
-        total += step_time(m, shape, gpu, profile).time_s
+        seconds += step_time(m, shape, gpu, profile).time_s
         done += n
-    return total
+    return seconds
 
 
 def make_timer(m: ModelCoeffs, gpu: GpuSpec, profile: EfficiencyProfile):
@@ -247,19 +245,9 @@ def plan_performance(
         )
     mid_context = in_len + out_len // 2
     decode = _phase(m, decode_step(1, mid_context), gpu, profile)
-    prefill = _phase(m, prefill_step(min(in_len, chunk)), gpu, profile)
-    prefill = PhaseEstimate(
-        time_s=prefill_cold,
-        bound=prefill.bound,
-        compute_s=prefill.compute_s,
-        memory_s=prefill.memory_s,
-        comm_s=prefill.comm_s,
-        overhead_s=prefill.overhead_s,
-        flops=prefill.flops,
-        bytes_read=prefill.bytes_read,
-    )
-    weights_read = sum(
-        op.weight_bytes for s in range(m.pp) for op in step_ops(m, decode_step(1, mid_context), s)
+    # the bound of its first chunk, the time of the whole (chunked) prompt
+    prefill = replace(
+        _phase(m, prefill_step(min(in_len, chunk)), gpu, profile), time_s=prefill_cold
     )
 
     agent = None
@@ -314,7 +302,7 @@ def plan_performance(
         decode=decode,
         tpot_batch1_s=decode.time_s,
         decode_bytes_per_token=decode.bytes_read,
-        weight_bytes_per_token=weights_read,
+        weight_bytes_per_token=decode.weight_bytes,
         load=load,
         curve=curve,
         agent=agent,
