@@ -143,6 +143,11 @@ class CapacityPlan:
     problems: tuple[str, ...]
     warnings: tuple[str, ...]
     assumptions: tuple[str, ...]
+    # Whose accounting this is (servefit.core.engines), and its words for the output:
+    engine: str = "vllm"
+    engine_label: str = "vLLM"
+    memory_label: str = "visible to CUDA"  # what memory.total_bytes is
+    budget_label: str = "gpu_memory_utilization"  # what memory.gpu_memory_utilization is
 
     @property
     def fits(self) -> bool:
