@@ -55,7 +55,8 @@ def render_plan(
 ) -> None:
     spec, p, m, r = plan.model, plan.params, plan.memory, plan.settings
     gpus = f"{r.num_gpus} x {plan.gpu.name}" if r.num_gpus > 1 else plan.gpu.name
-    console.print(f"[bold]{model_id}[/] on [bold]{gpus}[/] under vLLM {r.vllm_version}")
+    under = f"{plan.engine_label} {r.vllm_version}".rstrip()  # other engines: no version
+    console.print(f"[bold]{model_id}[/] on [bold]{gpus}[/] under {under}")
     active = f", {_params(p.active)} active per token" if p.active != p.total else ""
     console.print(
         f"  {spec.family}, {spec.num_layers} layers, {_params(p.total)} parameters{active}; "
@@ -73,17 +74,19 @@ def render_plan(
         )
 
     table = Table(
-        title=f"Memory per GPU ({_gib(m.total_bytes)} visible to CUDA)", title_justify="left"
+        title=f"Memory per GPU ({_gib(m.total_bytes)} {plan.memory_label})", title_justify="left"
     )
     table.add_column("part")
     table.add_column("size", justify="right")
     table.add_column("share", justify="right")
     for key, value in m.parts_bytes.items():
         label, style = PART_STYLES[key]
+        if plan.engine != "vllm":  # no CUDA graphs, not vLLM's headroom
+            label = label.partition(" (")[0]
         share = value / m.total_bytes if m.total_bytes else 0
         table.add_row(Text(label, style=style), _gib(value), f"{share:.0%}")
     table.add_row(
-        "budget (x gpu_memory_utilization)",
+        f"budget (x {plan.budget_label})",
         _gib(m.requested_bytes),
         f"{r.gpu_memory_utilization:.0%}",
     )
@@ -91,7 +94,8 @@ def render_plan(
     console.print(memory_bar(plan))
 
     console.print()
-    console.print("[bold]KV cache[/] (as vLLM reports it at startup)")
+    held = "reports it at startup" if plan.engine == "vllm" else "would hold it"
+    console.print(f"[bold]KV cache[/] (as {plan.engine_label} {held})")
     source = "given (--kv-cache-memory-bytes)" if m.is_kv_cache_given else "predicted"
     console.print(f"  Available KV cache memory: {_gib(m.kv_cache_bytes)} ({source})")
     console.print(f"  GPU KV cache size: {plan.kv_cache_tokens:,} tokens")
