@@ -1,0 +1,127 @@
+"""Serving engines behind one small capacity interface.
+
+An engine answers three questions about a checkpoint on a device: can it load it
+(:meth:`ServingEngine.refusal`), where does memory go and what fits
+(:meth:`ServingEngine.plan`, a :class:`~servefit.core.plan.CapacityPlan` the performance
+model reads as it is), and which command launches that plan
+(:meth:`ServingEngine.launch_args`). A further engine is one new module with one class,
+added to ``_ENGINES``.
+
+=============  ==========================  ===============================================
+engine         runs on                     loads
+=============  ==========================  ===============================================
+vllm           NVIDIA, AMD (CUDA/ROCm)     Hugging Face checkpoints (16-bit, FP8, AWQ...)
+mlx            Apple silicon (Metal)       safetensors, MLX exports (mlx-lm)
+llama.cpp      Apple, NVIDIA, AMD          GGUF files
+sglang         NVIDIA, AMD                 as vLLM (vLLM's accounting, an assumption)
+trtllm         NVIDIA                      as vLLM (vLLM's accounting, an assumption)
+=============  ==========================  ===============================================
+
+SGLang and TensorRT-LLM are not modelled on their own: they get vLLM's accounting under
+their name, with their own launch command, and the plan says so in its assumptions.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from servefit.core.engines.llama_cpp import LlamaCppEngine
+from servefit.core.engines.mlx import MlxEngine
+from servefit.core.engines.unified_memory import is_gguf_checkpoint, is_mlx_checkpoint
+from servefit.core.engines.vllm import VllmAccountedEngine, VllmEngine
+from servefit.core.hardware import GpuSpec
+from servefit.core.model_spec import ModelSpec
+from servefit.core.plan import CapacityPlan, ServeSettings
+from servefit.errors import InvalidArgumentError
+
+__all__ = [
+    "LlamaCppEngine",
+    "MlxEngine",
+    "ServingEngine",
+    "VllmAccountedEngine",
+    "VllmEngine",
+    "default_engine_name",
+    "engine_names",
+    "get_engine",
+    "is_gguf_checkpoint",
+    "is_mlx_checkpoint",
+    "select_engine",
+]
+
+
+class ServingEngine(Protocol):
+    """What servefit needs from an engine to plan a deployment on it."""
+
+    @property
+    def name(self) -> str: ...
+
+    def plan(
+        self,
+        spec: ModelSpec,
+        gpu: GpuSpec,
+        settings: ServeSettings,
+        *,
+        mamba_ssm_dtype: str | None,
+    ) -> CapacityPlan:
+        """Capacity of ``spec`` on one replica of ``gpu`` under ``settings``."""
+        ...
+
+    def launch_args(self, model_id: str, plan: CapacityPlan, asked: ServeSettings) -> list[str]:
+        """The command that launches ``plan`` (``asked`` holds what the user set)."""
+        ...
+
+    def refusal(self, spec: ModelSpec, gpu: GpuSpec) -> str | None:
+        """Why this engine cannot load ``spec`` on ``gpu`` (None when it can)."""
+        ...
+
+
+_ENGINES: dict[str, ServingEngine] = {
+    "vllm": VllmEngine(),
+    "mlx": MlxEngine(),
+    "llama.cpp": LlamaCppEngine(),
+    "sglang": VllmAccountedEngine(name="sglang", label="SGLang"),
+    "trtllm": VllmAccountedEngine(name="trtllm", label="TensorRT-LLM"),
+}
+_ALIASES = {
+    "mlx-lm": "mlx",
+    "mlx_lm": "mlx",
+    "llama-cpp": "llama.cpp",
+    "llamacpp": "llama.cpp",
+    "tensorrt-llm": "trtllm",
+}
+
+
+def engine_names() -> tuple[str, ...]:
+    return tuple(_ENGINES)
+
+
+def get_engine(name: str) -> ServingEngine:
+    """An engine by name (case-insensitive; ``mlx-lm`` and ``llama-cpp`` are accepted)."""
+    key = name.strip().lower()
+    key = _ALIASES.get(key, key)
+    found = _ENGINES.get(key)
+    if found is None:
+        raise InvalidArgumentError(
+            f"unknown engine {name!r}; servefit plans capacity for: {', '.join(_ENGINES)}"
+        )
+    return found
+
+
+def default_engine_name(gpu: GpuSpec, spec: ModelSpec) -> str:
+    """The engine people run there: llama.cpp for a GGUF file, MLX on Apple silicon, vLLM
+    elsewhere."""
+    if is_gguf_checkpoint(spec):
+        return "llama.cpp"
+    return "mlx" if gpu.vendor == "apple" else "vllm"
+
+
+def select_engine(name: str | None, gpu: GpuSpec, spec: ModelSpec) -> ServingEngine:
+    """The engine to plan ``spec`` on ``gpu`` with (None: the one that runs there).
+
+    Raises :class:`InvalidArgumentError` naming what to change when that engine cannot load
+    this checkpoint on this hardware."""
+    engine = get_engine(name if name is not None else default_engine_name(gpu, spec))
+    reason = engine.refusal(spec, gpu)
+    if reason is not None:
+        raise InvalidArgumentError(reason)
+    return engine

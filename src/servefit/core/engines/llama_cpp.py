@@ -1,0 +1,300 @@
+"""llama.cpp (``llama-server``) serving a GGUF file: KV cells allocated at start.
+
+llama-server allocates its whole KV cache when it starts: ``-c N`` cells (tokens), f16 by
+default (``-ctk/-ctv``, "default: f16", tools/server/README.md), shared by ``-np P`` slots.
+With ``-np`` given, each slot gets its own stream of ``n_ctx / P`` cells, padded to 256
+(src/llama-context.cpp: ``n_ctx = GGML_PAD(n_ctx, 256)``; ``n_ctx_seq = GGML_PAD(n_ctx /
+n_seq_max, 256)``), and a request longer than its slot is cut off. servefit therefore plans
+``-c P x L -np P``: P slots of L tokens (L rounded up to 256), P x L cells reserved up front.
+
+    budget    = device memory x share         (on a Mac: the GPU's wired share, 3/4 of RAM)
+    kv_cache  = P x L x KV bytes per token    (must fit in budget - weights - compute buffer)
+
+Worked example (Llama-3.1-8B Q4_K_M, 32 layers x 8 KV heads x 128 dims, f16): one cell is
+2 (K and V) x 8 x 128 x 2 bytes x 32 layers = 131,072 bytes, so ``-c 32768 -np 4`` (4 slots
+of 8,192 tokens) reserves 32,768 x 131,072 bytes = 4 GiB of KV cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servefit.core.engines import unified_memory as um
+from servefit.core.hardware import GpuSpec
+from servefit.core.kv_cache import (
+    CacheSettings,
+    KvLayout,
+    blocks_per_request,
+    largest_fitting_len,
+    stage_layout,
+)
+from servefit.core.memory import MemoryBreakdown, activation_peak_bytes
+from servefit.core.model_spec import ModelSpec
+from servefit.core.plan import CapacityPlan, ResolvedSettings, ServeSettings
+from servefit.core.weights import count_params, weight_bytes
+from servefit.errors import InvalidArgumentError
+from servefit.units import cdiv
+
+CTX_PAD_TOKENS = 256  # src/llama-context.cpp: n_ctx and n_ctx_seq padded to a multiple of 256
+# llama-server defaults (tools/server/README.md, generated from common/arg.cpp):
+BATCH_TOKENS = 2048  # -b, --batch-size: logical maximum batch size
+UBATCH_TOKENS = 512  # -ub, --ubatch-size: physical batch, what the compute buffer is sized for
+ALL_LAYERS = "99"  # -ngl 99: offload every layer to the GPU (more than any model has)
+# -ctk/-ctv values servefit can size (default f16); q8_0/q4_0 block formats are not modelled
+KV_TYPES = {"auto": "float16", "f16": "float16", "bf16": "bfloat16", "f32": "float32"}
+LABEL = "llama.cpp"
+_STARTUP = "llama-server would not start: "
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LlamaCppEngine:
+    name: str = "llama.cpp"
+
+    def refusal(self, spec: ModelSpec, gpu: GpuSpec) -> str | None:
+        if not um.is_gguf_checkpoint(spec):
+            kind = "an MLX export" if um.is_mlx_checkpoint(spec) else "a safetensors checkpoint"
+            return (
+                f"llama.cpp serves GGUF files; {spec.name} is {kind} "
+                f"({spec.quant.description}). Convert it with llama.cpp's "
+                "convert_hf_to_gguf.py (then llama-quantize), or pick the engine that loads it: "
+                + (
+                    "MLX on Apple silicon"
+                    if um.is_mlx_checkpoint(spec)
+                    else "vLLM, or MLX on a Mac"
+                )
+            )
+        if gpu.vendor == "google":
+            return f"llama.cpp has no TPU backend; {gpu.name} cannot run it"
+        return None
+
+    def plan(
+        self,
+        spec: ModelSpec,
+        gpu: GpuSpec,
+        settings: ServeSettings,
+        *,
+        mamba_ssm_dtype: str | None = None,
+    ) -> CapacityPlan:
+        """Whether ``-c P x L -np P`` starts, with P and L from the target (or the flags)."""
+        kv_dtype = _check_flags(settings)
+        is_apple = gpu.vendor == "apple"
+        total = um.device_memory_bytes(gpu) if is_apple else gpu.cuda_total_bytes
+        default_fraction = um.default_wired_fraction(total) if is_apple else 1.0
+        fraction = settings.gpu_memory_utilization or default_fraction
+        slots = settings.max_num_seqs or settings.concurrency or 1
+        asked_len = settings.max_model_len or settings.context_tokens
+        asked_len = asked_len or spec.max_position_embeddings  # -c 0: the model's own length
+        if asked_len is None:
+            raise InvalidArgumentError(
+                f"{spec.name}: the config has no max_position_embeddings; pass --max-model-len"
+            )
+        slot_len = cdiv(asked_len, CTX_PAD_TOKENS) * CTX_PAD_TOKENS
+        cache = CacheSettings(
+            tp=1,
+            kv_cache_dtype=kv_dtype,
+            block_size=CTX_PAD_TOKENS,
+            mamba_ssm_dtype=mamba_ssm_dtype,
+        )
+        layout = stage_layout(spec, None, cache)
+        r = ResolvedSettings(
+            tensor_parallel_size=1,
+            pipeline_parallel_size=1,
+            max_model_len=slot_len,
+            max_num_seqs=slots,
+            max_num_batched_tokens=settings.max_num_batched_tokens or BATCH_TOKENS,
+            gpu_memory_utilization=fraction,
+            kv_cache_dtype=settings.kv_cache_dtype,
+            block_size=layout.min_block_size if layout.groups else CTX_PAD_TOKENS,
+            enable_prefix_caching=settings.enable_prefix_caching,  # --cache-prompt
+            enforce_eager=True,  # no graph memory pool is reserved up front
+            vllm_version="",
+            concurrency=settings.concurrency or 1,
+            context_tokens=settings.context_tokens or slot_len,
+        )
+        weights = weight_bytes(spec, tp=1, pp=1)
+        compute = activation_peak_bytes(
+            spec,
+            range(spec.num_layers),
+            tp=1,
+            max_num_batched_tokens=UBATCH_TOKENS,
+            max_num_seqs=slots,
+            is_last_stage=True,
+        )
+        memory = um.budget(
+            total_bytes=total,
+            fraction=fraction,
+            weights_bytes=int(weights.per_stage_bytes[0]),
+            activation_peak_bytes=compute,
+        )
+        mnbt = r.max_num_batched_tokens
+        per_slot = blocks_per_request(layout, slot_len, mnbt) if layout.groups else 0
+        blocks = slots * per_slot  # allocated at start, whatever the traffic
+        kv_bytes = blocks * layout.bytes_per_block
+        starts = memory.kv_cache_bytes > 0 and kv_bytes <= memory.kv_cache_bytes
+        fit_blocks = max(memory.kv_cache_bytes, 0) // layout.bytes_per_block if layout.groups else 0
+        fit_len = _largest_slot(layout, int(fit_blocks) // slots, mnbt) if layout.groups else 0
+        holds_context = r.context_tokens <= slot_len
+        at_context = float(slots) if holds_context else 0.0
+        kv_per_token, state_per_seq = um.per_token_sizes(spec, cache)
+        seq_bytes = sum(
+            g.num_layers * g.spec.bytes_per_request(r.context_tokens, mnbt) for g in layout.groups
+        )
+
+        problems, warnings = _verdict(spec, r, memory, kv_bytes, starts, fit_len)
+        meets = starts and not problems
+        return CapacityPlan(
+            model=spec,
+            params=count_params(spec),
+            gpu=gpu,
+            settings=r,
+            behaviour=um.no_vllm_behaviour(LABEL, default_fraction),
+            memory=memory,
+            weights_total_bytes=weights.total_bytes,
+            layout=layout,
+            num_blocks=blocks,
+            kv_cache_tokens=slots * slot_len,
+            max_concurrency=float(slots) if per_slot else 0.0,
+            largest_max_model_len=slot_len if starts else fit_len,
+            concurrency_at_context=at_context if starts else 0.0,
+            max_context_at_concurrency=slot_len if r.concurrency <= slots and starts else 0,
+            kv_bytes_per_token=kv_per_token,
+            state_bytes_per_sequence=state_per_seq,
+            sequence_bytes_at_context=seq_bytes,
+            mamba_block_limit=None,
+            starts=starts,
+            meets_target=meets,
+            problems=problems,
+            warnings=warnings,
+            assumptions=_assumptions(spec, r, memory, is_apple, default_fraction),
+            engine=self.name,
+            engine_label=LABEL,
+            memory_label="unified memory" if is_apple else "visible to the GPU backend",
+            budget_label="GPU wired-memory share" if is_apple else "share used",
+        )
+
+    def launch_args(self, model_id: str, plan: CapacityPlan, asked: ServeSettings) -> list[str]:
+        """``llama-server -m FILE.gguf -c P*L -np P -ngl 99`` (``-hf`` for a Hub repository)."""
+        r = plan.settings
+        source = ["-m", model_id] if model_id.lower().endswith(".gguf") else ["-hf", model_id]
+        args = ["llama-server", *source]
+        args += ["-c", str(r.max_num_seqs * r.max_model_len), "-np", str(r.max_num_seqs)]
+        args += ["-ngl", ALL_LAYERS]
+        kv_type = r.kv_cache_dtype.lower()
+        if kv_type not in ("auto", "f16"):
+            args += ["-ctk", kv_type, "-ctv", kv_type]
+        if asked.max_num_batched_tokens is not None:
+            args += ["-b", str(r.max_num_batched_tokens)]
+        if not r.enable_prefix_caching:
+            args += ["--no-cache-prompt"]
+        return args
+
+
+def _check_flags(s: ServeSettings) -> str:
+    """The KV dtype to size; vLLM flags llama-server has no counterpart for are refused."""
+    unsupported = {
+        "--tensor-parallel-size": s.tensor_parallel_size != 1,
+        "--pipeline-parallel-size": s.pipeline_parallel_size != 1,
+        "--quantization": s.quantization is not None,
+        "--kv-cache-memory-bytes": s.kv_cache_memory_bytes is not None,
+        "--block-size": s.block_size is not None,
+        "--dtype": s.dtype != "auto",
+    }
+    named = [flag for flag, is_set in unsupported.items() if is_set]
+    if named:
+        raise InvalidArgumentError(
+            f"{', '.join(named)}: llama-server has no such setting (one device, the GGUF file's "
+            "own weights). Drop the flag"
+        )
+    kv = KV_TYPES.get(s.kv_cache_dtype.lower())
+    if kv is None:
+        raise InvalidArgumentError(
+            f"--kv-cache-dtype {s.kv_cache_dtype}: servefit sizes llama.cpp KV caches of type "
+            f"{', '.join(k for k in KV_TYPES if k != 'auto')} (-ctk/-ctv); quantized cache "
+            "types (q8_0, q4_0, ...) are not modelled"
+        )
+    return kv
+
+
+def _largest_slot(layout: KvLayout, blocks: int, mnbt: int) -> int:
+    """The longest slot (a multiple of 256 tokens) that ``blocks`` hold."""
+    if blocks <= 0:
+        return 0
+    longest = largest_fitting_len(layout, blocks, mnbt, blocks * layout.min_block_size)
+    return longest // CTX_PAD_TOKENS * CTX_PAD_TOKENS
+
+
+def _verdict(
+    spec: ModelSpec,
+    r: ResolvedSettings,
+    memory: MemoryBreakdown,
+    kv_bytes: int,
+    starts: bool,
+    fit_len: int,
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    problems: list[str] = []
+    warnings: list[str] = []
+    slots, slot_len = r.max_num_seqs, r.max_model_len
+    if not starts:
+        left = max(memory.kv_cache_bytes, 0)
+        problems.append(
+            f"{_STARTUP}-c {slots * slot_len:,} -np {slots} reserves {um.gib(kv_bytes)} of "
+            f"{r.kv_cache_dtype if r.kv_cache_dtype != 'auto' else 'f16'} KV cache but "
+            f"{um.gib(left)} is left of {um.gib(memory.requested_bytes)} after the weights "
+            f"({um.gib(memory.weights_bytes)}) and compute buffers"
+        )
+        if fit_len:
+            problems.append(
+                f"would fit: -c {slots * fit_len:,} -np {slots} ({slots} slots of "
+                f"{fit_len:,} tokens)"
+            )
+        else:
+            problems.append(
+                "nothing fits: a smaller quantization, fewer slots or a larger device is needed"
+            )
+    if r.context_tokens > slot_len:
+        problems.append(
+            f"--context {r.context_tokens:,} exceeds a slot's {slot_len:,} tokens (-c / -np): "
+            "llama-server cuts longer requests off"
+        )
+    if r.concurrency > slots:
+        warnings.append(
+            f"--target-concurrency {r.concurrency} exceeds the {slots} slots (-np): the rest "
+            "wait for a free slot"
+        )
+    if spec.max_position_embeddings and slot_len > spec.max_position_embeddings:
+        warnings.append(
+            f"a slot of {slot_len:,} tokens exceeds the model's {spec.max_position_embeddings:,} "
+            "positions (its training context)"
+        )
+    return tuple(problems), tuple(warnings)
+
+
+def _assumptions(
+    spec: ModelSpec,
+    r: ResolvedSettings,
+    memory: MemoryBreakdown,
+    is_apple: bool,
+    default_fraction: float,
+) -> tuple[str, ...]:
+    share = (
+        f"the GPU may wire {um.gib(memory.requested_bytes)} of {um.gib(memory.total_bytes)} "
+        f"unified memory (macOS's default share is {default_fraction:.2f} of RAM, "
+        "iogpu.wired_limit_mb=0); llama.cpp's Metal backend takes that as the device's memory"
+        if is_apple
+        else f"llama.cpp may use {r.gpu_memory_utilization:.0%} of the device's memory"
+    )
+    out = [
+        share,
+        f"llama-server reserves all {r.max_num_seqs * r.max_model_len:,} KV cells at start "
+        f"({r.max_num_seqs} slots x {r.max_model_len:,} tokens, padded to 256)",
+        f"compute buffer estimated for one {UBATCH_TOKENS}-token ubatch (-ub) with the "
+        "per-token formula servefit fits to vLLM; llama.cpp sizes it from the graph",
+        "-ngl 99 offloads every layer; weights sized from the GGUF type's bits per weight "
+        f"({spec.quant.description})",
+    ]
+    if spec.is_hybrid:
+        out.append(
+            "recurrent / linear-attention state is counted with vLLM's page grouping; "
+            "llama.cpp keeps one state per slot (an approximation)"
+        )
+    return tuple(out)
