@@ -164,7 +164,10 @@ def test_hub_id_answered_from_the_huggingface_cache(tmp_path):
     assert doc["model"]["source"].startswith("huggingface.co/someorg/tiny-qwen3")
     assert doc["model"]["checkpoint_bytes"] == 16_381_470_720
     # what servefit loads equals the checkpoint for a dense bf16 model without MTP
-    assert doc["memory"]["weights_bytes_total"] == 16_381_470_720
+    assert doc["memory"]["weights_parameter_bytes_total"] == 16_381_470_720
+    # ... and the layout holds those parameters plus each GPU's buffers (the RoPE table):
+    # at TP1 that is exactly the one GPU's weights
+    assert doc["memory"]["weights_bytes_total"] == doc["memory"]["weights_bytes_per_gpu"]
 
 
 def test_custom_gpu_by_flags():

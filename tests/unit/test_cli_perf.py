@@ -158,10 +158,6 @@ def test_cost_json_and_break_even():
         (("compare", "meta-llama/Llama-3.1-8B", "--gpus", "H100,Z9000"), "Z9000"),
         (("cost", "meta-llama/Llama-3.1-8B", "--gpu", "M4-Max"), "--usd-per-gpu-hour"),
         (("cost", "meta-llama/Llama-3.1-8B", "--gpu", "H100", "--api", "nope"), "no API price"),
-        (
-            ("plan", "meta-llama/Llama-3.1-8B", "--gpu", "H100", "--input-len", "100000"),
-            "exceed --max-model-len",
-        ),
     ],
 )
 def test_bad_input_is_a_clear_error_with_exit_2(args, message):

@@ -19,7 +19,7 @@ from typing import Any
 from servefit.adapters.catalog import find_catalog_model, model_ids
 from servefit.core.hf_config import spec_from_hf_config, state_dtype
 from servefit.core.model_spec import ModelSpec
-from servefit.errors import ConfigError, ModelNotFoundError
+from servefit.errors import ConfigError, HubError, ModelNotFoundError
 
 CONFIG_FILE = "config.json"
 QUANT_CONFIG_FILE = "hf_quant_config.json"
@@ -101,14 +101,13 @@ def _from_hub(model_id: str, revision: str | None) -> LoadedModel:
         from huggingface_hub.errors import (
             EntryNotFoundError,
             GatedRepoError,
+            HfHubHTTPError,
             LocalEntryNotFoundError,
             RepositoryNotFoundError,
         )
         from huggingface_hub.utils import logging as hub_logging
     except ImportError:  # pragma: no cover - a declared dependency
-        raise ModelNotFoundError(
-            "huggingface_hub is not installed; pass a local config path"
-        ) from None
+        raise HubError("huggingface_hub is not installed; pass a local config path") from None
 
     unreachable = (
         f"{model_id!r} is not a local path and not in the bundled catalog, and the Hugging Face "
@@ -127,19 +126,16 @@ def _from_hub(model_id: str, revision: str | None) -> LoadedModel:
             path = hf_hub_download(
                 model_id, filename, revision=revision, local_files_only=local_only
             )
-            return _read_json(Path(path))
         except LocalEntryNotFoundError:  # offline (HF_HUB_OFFLINE or no network) and not cached
             if not required:
                 return None
-            raise ModelNotFoundError(
-                unreachable.format("offline, not in the local cache")
-            ) from None
+            raise HubError(unreachable.format("offline, not in the local cache")) from None
         except EntryNotFoundError:
             if required:
                 raise ModelNotFoundError(f"{model_id} has no {filename} on the Hub") from None
             return None
         except GatedRepoError:
-            raise ModelNotFoundError(
+            raise HubError(
                 f"{model_id} is gated on the Hub: accept its license and set HF_TOKEN, or pass a "
                 "local config.json"
             ) from None
@@ -148,10 +144,12 @@ def _from_hub(model_id: str, revision: str | None) -> LoadedModel:
                 f"{model_id!r} is not a local path, not in the bundled catalog "
                 f"({len(model_ids())} models, see `servefit models`) and not a Hub repository"
             ) from None
-        except Exception as exc:  # offline, DNS, proxy, HTTP errors
+        except (OSError, ValueError, HfHubHTTPError) as exc:  # DNS, proxy, HTTP, timeouts
             if not required:
                 return None
-            raise ModelNotFoundError(unreachable.format(type(exc).__name__)) from None
+            raise HubError(unreachable.format(type(exc).__name__)) from None
+        # a file that arrived but cannot be read is a config error, not an unreachable Hub
+        return _read_json(Path(path))
 
     config = fetch(CONFIG_FILE, required=True)
     quant = fetch(QUANT_CONFIG_FILE, required=False)

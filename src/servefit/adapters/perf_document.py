@@ -9,6 +9,9 @@ from servefit import __version__
 from servefit.adapters.document import FrozenDoc
 
 if TYPE_CHECKING:  # the converters only read attributes: plan --json stays quick to start
+    from servefit.app.compare import Comparison
+    from servefit.app.cost import CostOutcome
+    from servefit.app.scaling import ScalingOutcome
     from servefit.core.cost import CostEstimate
     from servefit.core.perf import PerformancePlan
     from servefit.core.scaling import LayoutResult
@@ -22,6 +25,15 @@ class StatSection(FrozenDoc):
     p50: float
     p90: float
     p99: float
+
+
+class TurnLoadSection(FrozenDoc):
+    turn: int
+    num_requests: int
+    mean_input_len: float
+    mean_cached_tokens: float
+    ttft_s: StatSection
+    e2e_s: StatSection
 
 
 class LoadSection(FrozenDoc):
@@ -40,6 +52,20 @@ class LoadSection(FrozenDoc):
     num_preemptions: int
     kv_blocked_fraction: float
     bound: str
+    # GPU time by phase (defaults: documents written before these fields)
+    busy_s: float | None = None
+    prefill_gpu_s: float | None = None
+    decode_gpu_s: float | None = None
+    prefill_share: float | None = None
+    num_input_tokens: int | None = None
+    num_cached_tokens: int | None = None
+    num_output_tokens: int | None = None
+    # agent sessions (turns > 1); one turn: every request is a session
+    turns: int = 1
+    num_sessions: int | None = None
+    session_throughput_per_s: float | None = None
+    session_e2e_s: StatSection | None = None
+    by_turn: list[TurnLoadSection] = []
 
 
 class AgentTurnSection(FrozenDoc):
@@ -84,6 +110,7 @@ class PerformanceSection(FrozenDoc):
     curve: list[LoadSection]
     agent: AgentSection | None
     assumptions: list[str]
+    session_throughput_per_s: float | None = None  # agent sessions/s under load
 
 
 def _stat(s: Stat) -> StatSection:
@@ -107,6 +134,28 @@ def load_section(r: LoadResult) -> LoadSection:
         num_preemptions=r.num_preemptions,
         kv_blocked_fraction=r.kv_blocked_fraction,
         bound=r.bound.value,
+        busy_s=r.busy_s,
+        prefill_gpu_s=r.prefill_gpu_s,
+        decode_gpu_s=r.decode_gpu_s,
+        prefill_share=r.prefill_share,
+        num_input_tokens=r.num_input_tokens,
+        num_cached_tokens=r.num_cached_tokens,
+        num_output_tokens=r.num_output_tokens,
+        turns=r.turns,
+        num_sessions=r.num_sessions,
+        session_throughput_per_s=r.session_throughput_per_s,
+        session_e2e_s=_stat(r.session_e2e_s),
+        by_turn=[
+            TurnLoadSection(
+                turn=t.turn,
+                num_requests=t.num_requests,
+                mean_input_len=t.mean_input_len,
+                mean_cached_tokens=t.mean_cached_tokens,
+                ttft_s=_stat(t.ttft_s),
+                e2e_s=_stat(t.e2e_s),
+            )
+            for t in r.by_turn
+        ],
     )
 
 
@@ -156,6 +205,7 @@ def performance_section(p: PerformancePlan) -> PerformanceSection:
         curve=[load_section(c) for c in p.curve],
         agent=agent,
         assumptions=list(p.assumptions),
+        session_throughput_per_s=p.load.session_throughput_per_s,
     )
 
 
@@ -220,6 +270,9 @@ class CostSection(FrozenDoc):
     break_even_requests_per_day: float | None
     scenarios: list[ScenarioSection]
     assumptions: list[str]
+    decode_share: float | None = None  # of the GPU time, charged to output tokens
+    usd_per_session: float | None = None  # an agent session: requests_per_session turns
+    requests_per_session: float = 1.0
 
 
 def cost_section(
@@ -250,6 +303,9 @@ def cost_section(
             for s in c.scenarios
         ],
         assumptions=list(c.assumptions),
+        decode_share=c.decode_share,
+        usd_per_session=c.usd_per_session,
+        requests_per_session=c.requests_per_session,
     )
 
 
@@ -308,4 +364,63 @@ def cost_document(
         num_gpus=num_gpus,
         performance=performance,
         cost=cost,
+    )
+
+
+def scaling_section(s: ScalingOutcome) -> ScalingSection:
+    return ScalingSection(
+        num_gpus=s.request.num_gpus,
+        gpus_per_node=s.request.gpus_per_node,
+        objective=s.request.objective,
+        layouts=[layout_section(r) for r in s.layouts],
+        best=s.best.layout.label if s.best else None,
+        commands=list(s.commands),
+    )
+
+
+def comparison_document(c: Comparison, workload: str) -> CompareDocument:
+    """One row per (model, GPU) cell, as ``plan`` judges it."""
+    from servefit.core.weights import count_params
+
+    rows = []
+    for cell in c.cells:
+        o = cell.outcome
+        gpu = o.resolved.gpu if o is not None else None
+        n = o.capacity.settings.num_gpus if o is not None else 1
+        rows.append(
+            CompareRow(
+                model=cell.model,
+                gpu=cell.gpu,
+                num_gpus=n,
+                memory_bytes=gpu.memory_bytes * n if gpu else 0,
+                memory_bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s * n if gpu else 0.0,
+                peak_16bit_flops_per_s=(gpu.bf16_flops_per_s or gpu.fp16_flops_per_s or None)
+                if gpu
+                else None,
+                interconnect_bandwidth_bytes_per_s=gpu.interconnect_bandwidth_bytes_per_s
+                if gpu
+                else None,
+                fits=cell.fits,
+                problem=cell.problem,
+                active_params=count_params(o.capacity.model).active if o is not None else 0,
+                performance=performance_section(o.performance)
+                if o is not None and o.performance is not None and cell.fits
+                else None,
+            )
+        )
+    return compare_document(rows, workload, list(c.explanation))
+
+
+def cost_outcome_document(c: CostOutcome) -> CostDocument:
+    return cost_document(
+        model=c.plan.resolved.model_id,
+        gpu=c.plan.resolved.gpu.name,
+        num_gpus=c.plan.capacity.settings.num_gpus,
+        performance=performance_section(c.performance),
+        cost=cost_section(
+            c.estimate,
+            usd_per_gpu_hour=c.usd_per_gpu_hour,
+            price_source=c.price_source,
+            api=c.api.name if c.api else None,
+        ),
     )

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from servefit import __version__
 from servefit.adapters.document import FrozenDoc
-from servefit.adapters.perf_document import PerformanceSection, ScalingSection
+from servefit.adapters.perf_document import (
+    PerformanceSection,
+    ScalingSection,
+    performance_section,
+)
 from servefit.core.plan import CapacityPlan
+from servefit.core.weights import weight_bytes
+
+if TYPE_CHECKING:
+    from servefit.app.plan import PlanOutcome
 
 SCHEMA_VERSION = 1
 
@@ -58,7 +68,8 @@ class MemorySection(FrozenDoc):
     total_bytes_per_gpu: int
     requested_bytes_per_gpu: int
     weights_bytes_per_gpu: int
-    weights_bytes_total: int
+    weights_bytes_total: int  # every GPU of the layout: parameters once + each GPU's buffers
+    weights_parameter_bytes_total: int  # the parameters as loaded, once (no buffers)
     activation_peak_bytes_per_gpu: int
     non_torch_bytes_per_gpu: int
     cuda_graph_bytes_per_gpu: int
@@ -81,6 +92,37 @@ class MemorySection(FrozenDoc):
     mamba_block_limit: int | None
 
 
+class VerdictSection(FrozenDoc):
+    fits: bool
+    headline: str
+    starts: bool
+    workload_runs: bool | None  # None: no workload described, not judged
+    meets_target: bool | None  # None: no --context target
+    reasons: list[str]
+    checks: list[str]
+    workload: str
+    workload_tokens: int
+    workload_requests_held: float
+
+
+class ChangeSection(FrozenDoc):
+    flag: str
+    before: str
+    after: str
+    gives_up: str
+
+
+class RecommendationSection(FrozenDoc):
+    vllm_command: str
+    changes: list[ChangeSection]
+    num_gpus: int
+    max_model_len: int
+    max_num_seqs: int
+    kv_cache_tokens: int
+    max_concurrency: float
+    workload_requests_held: float
+
+
 class PlanDocument(FrozenDoc):
     schema_version: int
     servefit_version: str
@@ -95,8 +137,68 @@ class PlanDocument(FrozenDoc):
     warnings: list[str]
     assumptions: list[str]
     vllm_command: str
+    verdict: VerdictSection | None = None
+    recommendation: RecommendationSection | None = None  # when it does not fit
     performance: PerformanceSection | None = None  # None when the plan does not start
+    performance_note: str = ""  # why there is no performance section
     scaling: ScalingSection | None = None  # with --num-gpus
+
+
+def outcome_document(
+    outcome: PlanOutcome, *, scaling: ScalingSection | None = None
+) -> PlanDocument:
+    """The document of a planned deployment: the capacity plan, the one verdict, the one
+    recommendation and the performance section."""
+    v, rec = outcome.verdict, outcome.recommendation
+    perf = outcome.performance
+    doc = plan_document(
+        outcome.capacity,
+        model_id=outcome.resolved.model_id,
+        source=outcome.resolved.loaded.source,
+        vllm_command=outcome.vllm_command,
+        checkpoint_bytes=outcome.resolved.loaded.checkpoint_bytes,
+        performance=performance_section(perf) if perf is not None else None,
+        scaling=scaling,
+    )
+    verdict = VerdictSection(
+        fits=v.fits,
+        headline=v.headline,
+        starts=v.starts,
+        workload_runs=v.workload_runs,
+        meets_target=v.meets_target,
+        reasons=list(v.reasons),
+        checks=list(v.checks),
+        workload=outcome.deployment.workload.describe(),
+        workload_tokens=v.workload_tokens,
+        workload_requests_held=v.workload_requests_held,
+    )
+    recommendation = None
+    if rec is not None:
+        c = rec.capacity
+        recommendation = RecommendationSection(
+            vllm_command=outcome.recommended_command or "",
+            changes=[
+                ChangeSection(flag=ch.flag, before=ch.before, after=ch.after, gives_up=ch.gives_up)
+                for ch in rec.changes
+            ],
+            num_gpus=c.settings.num_gpus,
+            max_model_len=c.settings.max_model_len,
+            max_num_seqs=c.settings.max_num_seqs,
+            kv_cache_tokens=c.kv_cache_tokens,
+            max_concurrency=c.max_concurrency,
+            workload_requests_held=rec.verdict.workload_requests_held,
+        )
+    return doc.model_copy(
+        update={
+            "fits": v.fits,
+            "starts": v.starts,
+            "meets_target": v.meets_target is not False,
+            "problems": list(v.reasons),
+            "verdict": verdict,
+            "recommendation": recommendation,
+            "performance_note": outcome.performance_note if perf is None else "",
+        }
+    )
 
 
 def plan_document(
@@ -163,6 +265,11 @@ def plan_document(
             requested_bytes_per_gpu=m.requested_bytes,
             weights_bytes_per_gpu=m.weights_bytes,
             weights_bytes_total=int(plan.weights_total_bytes),
+            weights_parameter_bytes_total=int(
+                weight_bytes(
+                    spec, tp=r.tensor_parallel_size, pp=r.pipeline_parallel_size
+                ).total_bytes
+            ),
             activation_peak_bytes_per_gpu=m.activation_peak_bytes,
             non_torch_bytes_per_gpu=m.non_torch_bytes,
             cuda_graph_bytes_per_gpu=m.cuda_graph_bytes,

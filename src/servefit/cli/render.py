@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from servefit.core.plan import CapacityPlan
+
+if TYPE_CHECKING:
+    from servefit.app.plan import PlanOutcome
 from servefit.units import GIB_BYTES, MIB_BYTES
 
 MIB = MIB_BYTES
@@ -45,14 +48,14 @@ def memory_bar(plan: CapacityPlan) -> Text:
     return bar
 
 
-def render_plan(
+def render_capacity(
     plan: CapacityPlan,
     *,
     model_id: str,
-    vllm_command: str,
     console: Console,
     checkpoint_bytes: int | None = None,
 ) -> None:
+    """The model, where the memory goes, and the KV cache as the engine reports it."""
     spec, p, m, r = plan.model, plan.params, plan.memory, plan.settings
     gpus = f"{r.num_gpus} x {plan.gpu.name}" if r.num_gpus > 1 else plan.gpu.name
     under = f"{plan.engine_label} {r.vllm_version}".rstrip()  # other engines: no version
@@ -133,28 +136,6 @@ def render_plan(
             f"  state blocks cap --max-num-seqs at {plan.mamba_block_limit:,} "
             f"(now {r.max_num_seqs})"
         )
-
-    console.print()
-    if plan.fits:
-        console.print(
-            f"[bold green]FITS[/]: {plan.concurrency_at_context:.1f} requests of "
-            f"{r.context_tokens:,} tokens at once"
-        )
-    elif plan.starts:
-        console.print("[bold yellow]DOES NOT MEET THE TARGET[/] (vLLM starts)")
-    else:
-        console.print("[bold red]DOES NOT FIT[/]")
-    for line in plan.problems:
-        console.print(f"  - {line}")
-    for line in plan.warnings:
-        console.print(f"  [yellow]! {line}[/]")
-    console.print()
-    console.print("[bold]vLLM command[/]")
-    console.print(f"  {vllm_command}", soft_wrap=True, highlight=False)
-    console.print()
-    console.print("[dim]Assumptions:[/]")
-    for line in plan.assumptions:
-        console.print(f"[dim]  - {line}[/]")
 
 
 def render_gpus(rows: list[tuple[str, ...]], console: Console) -> None:
@@ -258,3 +239,48 @@ def render_bench(result: Any, console: Console) -> None:
         console.print(f"  [red]{count} x {name}[/]")
     for line in result.warnings:
         console.print(f"[yellow]! {line}[/]")
+
+
+def render_verdict(outcome: PlanOutcome, console: Console) -> None:
+    """The one verdict, what was checked, the one recommendation and the launch command."""
+    v, plan = outcome.verdict, outcome.capacity
+    console.print()
+    style = "green" if v.fits else ("yellow" if v.starts else "red")
+    console.print(f"[bold {style}]{v.headline}[/]", highlight=False)
+    if outcome.deployment.is_workload_given:
+        console.print(f"  workload: {outcome.deployment.workload.describe()}", highlight=False)
+    for line in v.reasons:
+        console.print(f"  - {line}", highlight=False)
+    for line in v.checks:
+        console.print(f"  [green]ok[/] {line}", highlight=False)
+    for line in plan.warnings:
+        console.print(f"  [yellow]! {line}[/]", highlight=False)
+    console.print()
+    rec = outcome.recommendation
+    if v.fits:
+        console.print("[bold]Launch command[/]")
+    elif rec is not None:
+        console.print("[bold]Recommendation[/] (every change together, re-planned: it fits)")
+        for ch in rec.changes:
+            console.print(f"  {ch.flag} {ch.before} -> {ch.after}: {ch.gives_up}", highlight=False)
+        c = rec.capacity
+        console.print(
+            f"  then: {c.kv_cache_tokens:,} tokens of KV cache, {c.max_concurrency:,.2f} requests "
+            f"of {c.settings.max_model_len:,} tokens at once",
+            highlight=False,
+        )
+        console.print(f"  {outcome.recommended_command}", soft_wrap=True, highlight=False)
+        console.print()
+        console.print("[bold]Your command[/] (does not fit as it is)")
+    else:
+        console.print(
+            "[bold]No recommendation[/]: no layout of up to 8 GPUs, fp8 KV cache or shorter "
+            "context makes it fit; a larger GPU or a quantized checkpoint is needed"
+        )
+        console.print()
+        console.print("[bold]Your command[/] (does not fit as it is)")
+    console.print(f"  {outcome.vllm_command}", soft_wrap=True, highlight=False)
+    console.print()
+    console.print("[dim]Assumptions:[/]")
+    for line in plan.assumptions:
+        console.print(f"[dim]  - {line}[/]", highlight=False)

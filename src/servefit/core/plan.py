@@ -79,7 +79,7 @@ class ServeSettings:
             "--max-num-seqs": self.max_num_seqs,
             "--max-num-batched-tokens": self.max_num_batched_tokens,
             "--block-size": self.block_size,
-            "--concurrency": self.concurrency,
+            "--target-concurrency": self.concurrency,
             "--context": self.context_tokens,
         }
         for flag, value in checks.items():
@@ -390,7 +390,7 @@ def plan_capacity(
         settings=r,
         behaviour=behaviour,
         memory=memory,
-        weights_total_bytes=weights.total_bytes,
+        weights_total_bytes=weights.all_gpus_bytes(tp * pp),
         layout=layout,
         num_blocks=blocks,
         kv_cache_tokens=tokens,
@@ -490,12 +490,13 @@ def _verdict(
     if not problems and at_context < r.concurrency:
         problems.append(
             f"the KV cache holds {at_context:.2f} requests of {r.context_tokens:,} tokens at once, "
-            f"not the {r.concurrency} asked for: the rest would queue (or be preempted)"
+            f"not the {r.concurrency} asked for (--target-concurrency): the rest would queue "
+            "(or be preempted)"
         )
     if r.concurrency > r.max_num_seqs:
         warnings.append(
-            f"--concurrency {r.concurrency} exceeds --max-num-seqs {r.max_num_seqs}: vLLM runs at "
-            f"most {r.max_num_seqs} requests at once"
+            f"--target-concurrency {r.concurrency} exceeds --max-num-seqs {r.max_num_seqs}: vLLM "
+            f"runs at most {r.max_num_seqs} requests at once"
         )
     if r.context_tokens > r.max_model_len:
         problems.append(
@@ -503,10 +504,13 @@ def _verdict(
             "rejects longer requests"
         )
     if spec.max_position_embeddings and r.max_model_len > spec.max_position_embeddings:
-        warnings.append(
-            f"--max-model-len {r.max_model_len:,} exceeds the model's max_position_embeddings "
-            f"({spec.max_position_embeddings:,}); vLLM refuses it unless "
-            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
+        # vllm/config/model.py (_get_and_verify_max_len) raises unless the user opts in with
+        # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, which servefit does not assume.
+        problems.insert(
+            0,
+            f"{_STARTUP}--max-model-len {r.max_model_len:,} exceeds the model's "
+            f"max_position_embeddings ({spec.max_position_embeddings:,}); vLLM refuses it "
+            "unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",
         )
     return tuple(problems), tuple(warnings)
 

@@ -13,7 +13,8 @@ objective:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import shlex
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from servefit.core.hardware import GpuSpec
@@ -156,15 +157,25 @@ def choose_layout(
     return min(ok, key=lambda r: (r.load.tpot_s.mean, r.load.ttft_s.mean) if r.load else (0, 0))
 
 
-def layout_commands(model_id: str, layout: Layout, gpus_per_node: int) -> tuple[str, ...]:
-    """The commands that realise a layout with vLLM (Ray across nodes)."""
-    flags = [f"--tensor-parallel-size {layout.tp}"]
-    if layout.pp > 1:
-        flags.append(f"--pipeline-parallel-size {layout.pp}")
-    if layout.ep:
-        flags.append("--enable-expert-parallel")
+def layout_commands(
+    model_id: str,
+    layout: Layout,
+    gpus_per_node: int,
+    *,
+    serve_args: Sequence[str] | None = None,
+) -> tuple[str, ...]:
+    """The commands that realise a layout with vLLM (Ray across nodes). ``serve_args`` is
+    the full ``vllm serve`` line of one replica (the user's flags and the layout's TP/PP/EP);
+    without it, a bare line with the layout's flags."""
+    if serve_args is None:
+        flags = ["vllm", "serve", model_id, "--tensor-parallel-size", str(layout.tp)]
+        if layout.pp > 1:
+            flags += ["--pipeline-parallel-size", str(layout.pp)]
+        if layout.ep:
+            flags.append("--enable-expert-parallel")
+        serve_args = flags
+    serve = shlex.join(serve_args)
     per_replica_gpus = layout.tp * layout.pp
-    serve = f"vllm serve {model_id} " + " ".join(flags)
     if per_replica_gpus > gpus_per_node:
         nodes = -(-per_replica_gpus // gpus_per_node)
         return (

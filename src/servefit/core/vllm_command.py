@@ -1,23 +1,35 @@
-"""The ``vllm serve`` command line that realises a plan (only flags that differ from what
-vLLM would pick anyway, plus ``--max-model-len`` which is always worth pinning)."""
+"""The ``vllm serve`` command line that realises a plan: every flag the user set (so pasting
+it launches the deployment that was planned), the layout, and ``--max-model-len``, which is
+always worth pinning. Flags servefit does not model travel verbatim in ``extra_args``."""
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from servefit.core.plan import CapacityPlan, ServeSettings
 
 
-def vllm_serve_args(model_id: str, plan: CapacityPlan, asked: ServeSettings) -> list[str]:
-    """Arguments of ``vllm serve`` for this plan; ``asked`` holds what the user set."""
+def vllm_serve_args(
+    model_id: str,
+    plan: CapacityPlan,
+    asked: ServeSettings,
+    *,
+    extra_args: Sequence[str] = (),
+    enable_expert_parallel: bool = False,
+) -> list[str]:
+    """Arguments of ``vllm serve`` for this plan; ``asked`` holds what the user set (a
+    setting left to vLLM's default stays out, so the engine picks the same default)."""
     r = plan.settings
     args = ["vllm", "serve", model_id]
     if r.tensor_parallel_size > 1:
         args += ["--tensor-parallel-size", str(r.tensor_parallel_size)]
     if r.pipeline_parallel_size > 1:
         args += ["--pipeline-parallel-size", str(r.pipeline_parallel_size)]
+    if enable_expert_parallel:
+        args += ["--enable-expert-parallel"]
     args += ["--max-model-len", str(r.max_model_len)]
     if asked.gpu_memory_utilization is not None:
         args += ["--gpu-memory-utilization", f"{r.gpu_memory_utilization:g}"]
@@ -39,8 +51,14 @@ def vllm_serve_args(model_id: str, plan: CapacityPlan, asked: ServeSettings) -> 
         args += ["--no-enable-prefix-caching"]
     if r.enforce_eager:
         args += ["--enforce-eager"]
-    return args
+    return [*args, *extra_args]
 
 
-def vllm_serve_command(model_id: str, plan: CapacityPlan, asked: ServeSettings) -> str:
-    return shlex.join(vllm_serve_args(model_id, plan, asked))
+def vllm_serve_command(
+    model_id: str,
+    plan: CapacityPlan,
+    asked: ServeSettings,
+    *,
+    extra_args: Sequence[str] = (),
+) -> str:
+    return shlex.join(vllm_serve_args(model_id, plan, asked, extra_args=extra_args))

@@ -617,6 +617,11 @@ class WeightBytes:
     per_gpu_bytes: float  # the largest pipeline stage's share on one TP rank
     per_gpu_by_role_bytes: dict[str, float]
     per_stage_bytes: tuple[float, ...]
+    buffer_bytes_per_gpu: float = 0.0  # non-parameter tensors every GPU holds (RoPE tables)
+
+    def all_gpus_bytes(self, num_gpus: int) -> float:
+        """The parameters once plus every GPU's buffers: what the layout loads in all."""
+        return self.total_bytes + self.buffer_bytes_per_gpu * num_gpus
 
 
 @lru_cache(maxsize=1024)
@@ -660,4 +665,5 @@ def weight_bytes(
         per_gpu_bytes=per_stage[busiest],
         per_gpu_by_role_bytes=per_stage_roles[busiest],
         per_stage_bytes=tuple(per_stage),
+        buffer_bytes_per_gpu=rope,
     )

@@ -1,0 +1,102 @@
+"""``cost``: $/hour, $/1M tokens, $/successful task of a deployment at its predicted
+throughput, and the break-even against a per-token API."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servefit.adapters.catalog import api_price, gpu_price
+from servefit.app.deployment import Deployment
+from servefit.app.plan import PlanOutcome, plan_deployment
+from servefit.core.cost import ApiPrice, CostEstimate, CostInputs, estimate_cost
+from servefit.core.perf import PerformancePlan
+from servefit.errors import InvalidArgumentError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CostRequest:
+    usd_per_gpu_hour: float | None = None  # None: the catalog's price for the GPU
+    utilization: float = 1.0
+    requests_per_task: float = 1.0
+    success_rate: float = 1.0
+    requests_per_day: float | None = None
+    api_name: str | None = None
+    api_usd_per_million_input: float | None = None
+    api_usd_per_million_output: float | None = None
+
+    def api(self) -> ApiPrice | None:
+        if (
+            self.api_usd_per_million_input is not None
+            or self.api_usd_per_million_output is not None
+        ):
+            return ApiPrice(
+                name="the given API price",
+                usd_per_million_input_tokens=self.api_usd_per_million_input or 0.0,
+                usd_per_million_output_tokens=self.api_usd_per_million_output or 0.0,
+            )
+        return api_price(self.api_name) if self.api_name else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CostOutcome:
+    plan: PlanOutcome
+    performance: PerformancePlan
+    estimate: CostEstimate
+    usd_per_gpu_hour: float
+    price_source: str
+    api: ApiPrice | None
+
+
+def gpu_hour_price(gpu_name: str, given: float | None) -> tuple[float, str]:
+    if given is not None:
+        return given, "--usd-per-gpu-hour"
+    price = gpu_price(gpu_name)
+    if price is None:
+        raise InvalidArgumentError(f"no catalog price for {gpu_name}: pass --usd-per-gpu-hour")
+    return price
+
+
+def cost_inputs(
+    perf: PerformancePlan,
+    num_gpus: int,
+    usd_per_gpu_hour: float,
+    price_source: str,
+    req: CostRequest | None = None,
+) -> CostInputs:
+    """The cost model's inputs from a performance plan at its workload."""
+    req = req or CostRequest()
+    return CostInputs(
+        usd_per_gpu_hour=usd_per_gpu_hour,
+        num_gpus=num_gpus,
+        request_throughput_per_s=perf.load.request_throughput_per_s,
+        prefill_s_per_request=perf.prefill.time_s,
+        input_tokens=perf.workload.input_len.mean,
+        output_tokens=perf.workload.output_len.mean,
+        price_source=price_source,
+        utilization=req.utilization,
+        requests_per_task=req.requests_per_task,
+        success_rate=req.success_rate,
+        requests_per_day=req.requests_per_day,
+    )
+
+
+def estimate_deployment_cost(d: Deployment, req: CostRequest) -> CostOutcome:
+    outcome = plan_deployment(d)
+    perf = outcome.performance
+    if perf is None:
+        why = (outcome.verdict.reasons or (outcome.performance_note,))[0]
+        raise InvalidArgumentError(
+            f"{outcome.resolved.model_id} on {outcome.capacity.settings.num_gpus} x "
+            f"{outcome.resolved.gpu.name} has no predicted throughput to price: {why}"
+        )
+    usd, source = gpu_hour_price(outcome.resolved.gpu.name, req.usd_per_gpu_hour)
+    api = req.api()
+    inputs = cost_inputs(perf, outcome.capacity.settings.num_gpus, usd, source, req)
+    return CostOutcome(
+        plan=outcome,
+        performance=perf,
+        estimate=estimate_cost(inputs, api),
+        usd_per_gpu_hour=usd,
+        price_source=source,
+        api=api,
+    )

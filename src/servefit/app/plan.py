@@ -1,0 +1,106 @@
+"""``plan_deployment``: the verdict, the memory, the performance and the one recommendation
+for a deployment. Every command that plans (plan, compare, cost, report, bench --plan-model)
+goes through here, so each gives the same answer for the same deployment."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from servefit.app.deployment import Deployment
+from servefit.app.recommend import Recommendation, recommend
+from servefit.app.resolve import Resolved, resolve
+from servefit.app.verdict import Verdict, judge
+from servefit.core.perf import PerformancePlan, plan_performance
+from servefit.core.plan import CapacityPlan, ServeSettings, plan_capacity
+from servefit.core.vllm_command import vllm_serve_args
+from servefit.errors import InvalidArgumentError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanOutcome:
+    deployment: Deployment
+    resolved: Resolved
+    capacity: CapacityPlan
+    verdict: Verdict
+    command_args: tuple[str, ...]  # the launch command of exactly this deployment
+    performance: PerformancePlan | None
+    performance_note: str  # why there is no performance section, when there is none
+    recommendation: Recommendation | None  # only when the deployment does not fit
+    recommendation_args: tuple[str, ...]
+
+    @property
+    def fits(self) -> bool:
+        return self.verdict.fits
+
+    @property
+    def vllm_command(self) -> str:
+        return shlex.join(self.command_args)
+
+    @property
+    def recommended_command(self) -> str | None:
+        return shlex.join(self.recommendation_args) if self.recommendation_args else None
+
+
+def capacity_for(resolved: Resolved, settings: ServeSettings) -> CapacityPlan:
+    """The engine's capacity plan of these settings on the resolved model and GPU."""
+    return plan_capacity(
+        resolved.loaded.spec,
+        resolved.gpu,
+        settings,
+        mamba_ssm_dtype=resolved.loaded.mamba_ssm_dtype,
+        with_suggestions=False,
+    )
+
+
+def launch_args(resolved: Resolved, plan: CapacityPlan, asked: ServeSettings) -> list[str]:
+    """The command that launches ``plan`` with every flag the user set."""
+    return vllm_serve_args(
+        resolved.model_id, plan, asked, extra_args=resolved.deployment.extra_args
+    )
+
+
+def predict(
+    resolved: Resolved, plan: CapacityPlan, d: Deployment
+) -> tuple[PerformancePlan | None, str]:
+    """The performance of the deployment's workload, or why there is none."""
+    if not plan.starts:
+        return None, "the engine does not start with these settings"
+    try:
+        return plan_performance(plan, d.workload, resolved.profile(), slo=d.slo), ""
+    except InvalidArgumentError as error:
+        if d.is_workload_given:
+            return None, str(error)
+        return None, f"the default workload does not run here ({error}); describe yours"
+
+
+def plan_deployment(
+    d: Deployment, *, with_performance: bool = True, resolved: Resolved | None = None
+) -> PlanOutcome:
+    """Plan ``d``: capacity, verdict, performance and (when it does not fit) the one
+    recommendation, re-planned and verified."""
+    resolved = resolved or resolve(d)
+    plan = capacity_for(resolved, d.engine_settings())
+    verdict = judge(plan, d)
+    perf, note = (None, "not asked for (--no-performance)")
+    if with_performance:
+        perf, note = predict(resolved, plan, d)
+    rec = None
+    rec_args: tuple[str, ...] = ()
+    if not verdict.fits:
+        rec = recommend(
+            d, plan, lambda s: capacity_for(resolved, d.with_settings(s).engine_settings())
+        )
+        if rec is not None:
+            rec_args = tuple(launch_args(resolved, rec.capacity, rec.settings))
+    return PlanOutcome(
+        deployment=d,
+        resolved=resolved,
+        capacity=plan,
+        verdict=verdict,
+        command_args=tuple(launch_args(resolved, plan, d.settings)),
+        performance=perf,
+        performance_note=note,
+        recommendation=rec,
+        recommendation_args=rec_args,
+    )

@@ -1,0 +1,105 @@
+"""From a :class:`Deployment` to the things the core computes on: the model spec, the GPU,
+the efficiency profile. The only place the use cases touch files, the catalog or the Hub."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from servefit.adapters.catalog import efficiency_table, gpu_catalog
+from servefit.adapters.model_source import LoadedModel, load_model
+from servefit.app.deployment import Deployment, Hardware
+from servefit.core.hardware import GpuSpec, custom_gpu
+from servefit.errors import InvalidArgumentError
+from servefit.units import GB_BYTES, GIB_BYTES
+
+if TYPE_CHECKING:
+    from servefit.calibrate.profile import CalibrationDocument
+    from servefit.core.roofline import EfficiencyProfile
+
+
+def resolve_gpu(hw: Hardware, calibration: CalibrationDocument | None = None) -> GpuSpec:
+    """The catalog GPU, a custom one, or (with only a calibration) the measured device."""
+    if hw.gpu is None and hw.memory_gib is None:
+        if calibration is not None:
+            from servefit.calibrate.profile import calibrated_device
+
+            return calibrated_device(calibration)
+        raise InvalidArgumentError(
+            "name a GPU with --gpu (see `servefit gpus`) or describe one with "
+            "--gpu-memory-gib and --gpu-bandwidth-gbps"
+        )
+    base = gpu_catalog().get(hw.gpu) if hw.gpu else None
+    if base is not None and hw.memory_gib is None and hw.bandwidth_gb_per_s is None:
+        return base
+    if base is None:
+        if hw.memory_gib is None or hw.bandwidth_gb_per_s is None:
+            raise InvalidArgumentError(
+                "a custom GPU needs both --gpu-memory-gib and --gpu-bandwidth-gbps"
+            )
+        memory, bandwidth = int(hw.memory_gib * GIB_BYTES), hw.bandwidth_gb_per_s * GB_BYTES
+    else:
+        memory = int(hw.memory_gib * GIB_BYTES) if hw.memory_gib else base.memory_bytes
+        bandwidth = (
+            hw.bandwidth_gb_per_s * GB_BYTES
+            if hw.bandwidth_gb_per_s
+            else base.memory_bandwidth_bytes_per_s
+        )
+    return custom_gpu(memory_bytes=memory, memory_bandwidth_bytes_per_s=bandwidth, base=base)
+
+
+@dataclass(frozen=True, slots=False, kw_only=True)
+class Resolved:
+    """A deployment's model, GPU and (optional) calibration, loaded once."""
+
+    deployment: Deployment
+    loaded: LoadedModel
+    gpu: GpuSpec
+    calibration: CalibrationDocument | None
+
+    @property
+    def model_id(self) -> str:
+        return self.loaded.spec.name
+
+    def profile(self, engine: str | None = None) -> EfficiencyProfile:
+        """The efficiency profile for this GPU and engine, with the calibration's hardware
+        factors when one was given."""
+        return self._profiles(engine or self.deployment.engine)
+
+    def _profiles(self, engine: str | None) -> EfficiencyProfile:
+        cache = self._profile_cache
+        if engine not in cache:
+            profile = efficiency_table().for_gpu(self.gpu, engine)
+            if self.calibration is not None:
+                from servefit.calibrate.profile import calibrated_profile, check_matches
+
+                check_matches(self.calibration, self.gpu)
+                profile = calibrated_profile(
+                    self.calibration, profile, self.deployment.hardware.calibration_path or ""
+                )
+            cache[engine] = profile
+        return cache[engine]
+
+    @cached_property
+    def _profile_cache(self) -> dict[str | None, EfficiencyProfile]:
+        return {}
+
+
+def load_calibration_for(hw: Hardware) -> CalibrationDocument | None:
+    if hw.calibration_path is None:
+        return None
+    from servefit.calibrate.profile import load_calibration
+
+    return load_calibration(Path(hw.calibration_path))
+
+
+def resolve(d: Deployment, *, loaded: LoadedModel | None = None) -> Resolved:
+    """Load the model (path, catalog, Hub) and find the GPU. ``loaded`` reuses a model
+    already loaded (compare plans one model on several GPUs)."""
+    calibration = load_calibration_for(d.hardware)
+    gpu = resolve_gpu(d.hardware, calibration)
+    if loaded is None:
+        loaded = load_model(d.model, revision=d.revision, allow_hub=d.allow_hub)
+    return Resolved(deployment=d, loaded=loaded, gpu=gpu, calibration=calibration)

@@ -1,0 +1,76 @@
+"""``servefit cost``: what the deployment costs per hour, per token and per useful task."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from servefit.cli.options import build_deployment, deployment_options
+from servefit.cli.output import EXIT_OK, console, emit_json, fail
+from servefit.errors import ServefitError
+
+
+@click.command()
+@click.argument("model")
+@deployment_options
+@click.option("--usd-per-gpu-hour", type=float, help="Price of one GPU-hour [catalog default].")
+@click.option(
+    "--utilization",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Fraction of the time replicas serve at the predicted throughput.",
+)
+@click.option("--requests-per-task", type=float, default=1.0, show_default=True)
+@click.option("--success-rate", type=float, default=1.0, show_default=True)
+@click.option("--requests-per-day", type=float, help="Your volume: GPU-hours and $ per day.")
+@click.option("--api", "api_name", help="Compare with a per-token API from the price catalog.")
+@click.option("--api-usd-per-million-input", type=float, help="Compare with this API input price.")
+@click.option("--api-usd-per-million-output", type=float, help="... and this output price.")
+@click.option("--json", "as_json", is_flag=True, help="Print the versioned JSON document.")
+def cost(
+    model: str,
+    usd_per_gpu_hour: float | None,
+    utilization: float,
+    requests_per_task: float,
+    success_rate: float,
+    requests_per_day: float | None,
+    api_name: str | None,
+    api_usd_per_million_input: float | None,
+    api_usd_per_million_output: float | None,
+    as_json: bool,
+    **flags: Any,
+) -> None:
+    """$/hour, $/1M tokens and $/successful task for MODEL on GPU at the predicted
+    throughput, and the break-even against a per-token API."""
+    from servefit.adapters.perf_document import cost_outcome_document
+    from servefit.app.cost import CostRequest, estimate_deployment_cost
+
+    try:
+        if flags.get("concurrency") is None and flags.get("request_rate") is None:
+            flags["concurrency"] = 64  # a busy replica, the fleet the economics are about
+        d = build_deployment(model, flags)
+        outcome = estimate_deployment_cost(
+            d,
+            CostRequest(
+                usd_per_gpu_hour=usd_per_gpu_hour,
+                utilization=utilization,
+                requests_per_task=requests_per_task,
+                success_rate=success_rate,
+                requests_per_day=requests_per_day,
+                api_name=api_name,
+                api_usd_per_million_input=api_usd_per_million_input,
+                api_usd_per_million_output=api_usd_per_million_output,
+            ),
+        )
+        doc = cost_outcome_document(outcome)
+    except ServefitError as error:
+        fail(error)
+    if as_json:
+        emit_json(doc)
+    else:
+        from servefit.cli.render_perf import render_cost
+
+        render_cost(doc, console())
+    raise SystemExit(EXIT_OK)

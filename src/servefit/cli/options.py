@@ -1,0 +1,277 @@
+"""The option groups commands share, and the one builder of a :class:`Deployment` from them.
+
+Flags use vLLM's names and spellings (``--max-model-len 32k``), so a ``vllm serve`` line and
+a servefit line say the same thing the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+from servefit.cli.types import HUMAN_INT
+
+ENGINES = ("vllm", "sglang", "trtllm", "llama.cpp", "mlx")
+
+Decorator = Callable[[Any], Any]
+
+
+def _apply(options: list[Decorator]) -> Decorator:
+    def decorate(command: Any) -> Any:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+MODEL_SOURCE_OPTIONS = [
+    click.option("--revision", help="Hub revision when the config comes from the Hub."),
+    click.option("--offline", is_flag=True, help="Never contact the Hugging Face Hub."),
+]
+
+HARDWARE_OPTIONS = [
+    click.option("--gpu", help="GPU name or alias from the catalog (A40, a100, h100-sxm, ...)."),
+    click.option("--gpu-memory-gib", type=float, help="Describe a custom GPU: memory in GiB."),
+    click.option("--gpu-bandwidth-gbps", type=float, help="Custom GPU: memory bandwidth in GB/s."),
+    click.option(
+        "--calibration",
+        type=click.Path(dir_okay=False),
+        help="A profile from `servefit calibrate`: the device's measured efficiency factors.",
+    ),
+]
+
+SERVE_OPTIONS = [
+    click.option("--tensor-parallel-size", "-tp", type=HUMAN_INT, default=1, show_default=True),
+    click.option("--pipeline-parallel-size", "-pp", type=HUMAN_INT, default=1, show_default=True),
+    click.option(
+        "--max-model-len",
+        type=HUMAN_INT,
+        help="Longest request vLLM accepts (32768, 32k) [model's maximum].",
+    ),
+    click.option(
+        "--max-num-seqs",
+        type=HUMAN_INT,
+        help="Most running sequences [vLLM's default for the GPU].",
+    ),
+    click.option(
+        "--max-num-batched-tokens",
+        type=HUMAN_INT,
+        help="Tokens per scheduler step (8192, 8k) [vLLM's default].",
+    ),
+    click.option(
+        "--gpu-memory-utilization",
+        type=float,
+        help="Fraction of GPU memory vLLM may use [0.92/0.9].",
+    ),
+    click.option(
+        "--kv-cache-dtype",
+        default="auto",
+        show_default=True,
+        help="auto, fp8, fp8_e4m3, fp8_e5m2, ...",
+    ),
+    click.option(
+        "--kv-cache-memory-bytes",
+        "--kv-cache-memory",
+        "kv_cache_memory",
+        help="KV-cache memory per GPU (bytes, or 41.89GiB); skips the budget, as vLLM's flag does.",
+    ),
+    click.option(
+        "--block-size", type=HUMAN_INT, help="Tokens per KV-cache block [16; raised for hybrids]."
+    ),
+    click.option(
+        "--enable-prefix-caching/--no-enable-prefix-caching", default=True, show_default=True
+    ),
+    click.option("--enforce-eager", is_flag=True, help="No CUDA graphs."),
+    click.option(
+        "--dtype",
+        default="auto",
+        show_default=True,
+        help="Weight dtype: auto, bfloat16, float16, float32.",
+    ),
+    click.option("--quantization", help="Online quantization of a 16-bit checkpoint (fp8)."),
+    click.option(
+        "--vllm-version", default=None, help="vLLM version whose accounting to mirror [0.33]."
+    ),
+]
+
+TARGET_OPTIONS = [
+    click.option(
+        "--context",
+        "context_tokens",
+        type=HUMAN_INT,
+        help="Capacity target: tokens per request to hold (judged only when given).",
+    ),
+    click.option(
+        "--target-concurrency",
+        type=HUMAN_INT,
+        help="Capacity target: requests of --context tokens held at once [1].",
+    ),
+]
+
+WORKLOAD_OPTIONS = [
+    click.option(
+        "--input-len", type=HUMAN_INT, default=1024, show_default=True, help="Prompt tokens."
+    ),
+    click.option(
+        "--output-len", type=HUMAN_INT, default=256, show_default=True, help="Output tokens."
+    ),
+    click.option(
+        "--concurrency",
+        type=HUMAN_INT,
+        help="The workload's requests in flight (closed loop; with a rate, the client cap).",
+    ),
+    click.option(
+        "--request-rate",
+        type=float,
+        help="Poisson arrivals per second (open loop; no client cap unless --concurrency).",
+    ),
+    click.option(
+        "--prefix-len",
+        type=HUMAN_INT,
+        default=0,
+        show_default=True,
+        help="Prompt tokens every request shares (system prompt, tools): cached once.",
+    ),
+    click.option(
+        "--turns",
+        type=HUMAN_INT,
+        default=1,
+        show_default=True,
+        help="Agent sessions: each turn re-sends the history plus (input-len - prefix-len) "
+        "new tokens.",
+    ),
+    click.option(
+        "--range-ratio",
+        type=float,
+        default=0.0,
+        show_default=True,
+        help="Lengths uniform in len x (1 +/- ratio), as vllm bench --random-range-ratio.",
+    ),
+    click.option(
+        "--num-requests", type=HUMAN_INT, help="Requests to simulate [enough for a steady state]."
+    ),
+    click.option(
+        "--engine",
+        type=click.Choice(ENGINES),
+        help="Serving engine [the one that runs on the hardware: vLLM; MLX on Apple].",
+    ),
+    click.option("--slo-ttft-ms", type=float, help="Goodput: TTFT limit in ms."),
+    click.option("--slo-tpot-ms", type=float, help="Goodput: time-per-output-token limit in ms."),
+]
+
+_WORKLOAD_PARAMS = ("input_len", "output_len", "concurrency", "request_rate", "prefix_len", "turns")
+
+hardware_options = _apply(HARDWARE_OPTIONS)
+model_source_options = _apply(MODEL_SOURCE_OPTIONS)
+serve_options = _apply(SERVE_OPTIONS)
+target_options = _apply(TARGET_OPTIONS)
+workload_options = _apply(WORKLOAD_OPTIONS)
+
+
+def deployment_options(command: Any) -> Any:
+    """Everything that describes a deployment: the model's source, the hardware, vLLM's
+    flags, the workload and the capacity target."""
+    for group in (
+        target_options,
+        workload_options,
+        serve_options,
+        hardware_options,
+        model_source_options,
+    ):
+        command = group(command)
+    return command
+
+
+def is_workload_given() -> bool:
+    """Did the user describe the workload (any workload flag on the command line)?"""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return False
+    return any(
+        ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)
+        for name in _WORKLOAD_PARAMS
+    )
+
+
+def build_deployment(model: str, flags: dict[str, Any], **extra: Any) -> Any:
+    """Pop the deployment's flags out of ``flags`` (what is left belongs to the command)."""
+    from servefit.app.deployment import CapacityTarget, Deployment, Hardware, default_workload
+    from servefit.core.workload import Slo
+
+    hardware = Hardware(
+        gpu=flags.pop("gpu", None),
+        memory_gib=flags.pop("gpu_memory_gib", None),
+        bandwidth_gb_per_s=flags.pop("gpu_bandwidth_gbps", None),
+        calibration_path=flags.pop("calibration", None),
+    )
+    settings = pop_serve_settings(flags)
+    workload = default_workload(
+        input_len=flags.pop("input_len", 1024),
+        output_len=flags.pop("output_len", 256),
+        concurrency=flags.pop("concurrency", None),
+        request_rate_per_s=flags.pop("request_rate", None),
+        prefix_len=flags.pop("prefix_len", 0),
+        turns=flags.pop("turns", 1),
+        range_ratio=flags.pop("range_ratio", 0.0),
+        num_requests=flags.pop("num_requests", None),
+    )
+    context = flags.pop("context_tokens", None)
+    target_concurrency = flags.pop("target_concurrency", None)
+    if target_concurrency is not None and context is None:
+        from servefit.errors import InvalidArgumentError
+
+        raise InvalidArgumentError(
+            "--target-concurrency needs --context (the tokens per request to hold)"
+        )
+    ttft_ms, tpot_ms = flags.pop("slo_ttft_ms", None), flags.pop("slo_tpot_ms", None)
+    slo = None
+    if ttft_ms is not None or tpot_ms is not None:
+        slo = Slo(
+            ttft_s=ttft_ms / 1e3 if ttft_ms is not None else None,
+            tpot_s=tpot_ms / 1e3 if tpot_ms is not None else None,
+        )
+    return Deployment(
+        model=model,
+        hardware=hardware,
+        settings=settings,
+        workload=workload,
+        is_workload_given=is_workload_given(),
+        target=(
+            CapacityTarget(context_tokens=context, concurrency=target_concurrency or 1)
+            if context is not None
+            else None
+        ),
+        slo=slo,
+        engine=flags.pop("engine", None),
+        revision=flags.pop("revision", None),
+        allow_hub=not flags.pop("offline", False),
+        **extra,
+    )
+
+
+def pop_serve_settings(flags: dict[str, Any]) -> Any:
+    """vLLM's flags (the SERVE_OPTIONS group) as ServeSettings."""
+    from servefit.core.engine import DEFAULT_VLLM_VERSION
+    from servefit.core.plan import ServeSettings
+    from servefit.units import parse_bytes
+
+    kv_memory = flags.pop("kv_cache_memory", None)
+    return ServeSettings(
+        tensor_parallel_size=flags.pop("tensor_parallel_size", 1),
+        pipeline_parallel_size=flags.pop("pipeline_parallel_size", 1),
+        max_model_len=flags.pop("max_model_len", None),
+        max_num_seqs=flags.pop("max_num_seqs", None),
+        max_num_batched_tokens=flags.pop("max_num_batched_tokens", None),
+        gpu_memory_utilization=flags.pop("gpu_memory_utilization", None),
+        kv_cache_dtype=flags.pop("kv_cache_dtype", "auto"),
+        kv_cache_memory_bytes=parse_bytes(kv_memory) if kv_memory else None,
+        block_size=flags.pop("block_size", None),
+        enable_prefix_caching=flags.pop("enable_prefix_caching", True),
+        enforce_eager=flags.pop("enforce_eager", False),
+        dtype=flags.pop("dtype", "auto"),
+        quantization=flags.pop("quantization", None),
+        vllm_version=flags.pop("vllm_version", None) or DEFAULT_VLLM_VERSION,
+    )

@@ -1,0 +1,57 @@
+"""How every command ends: JSON or the terminal, and an exit code scripts can trust.
+
+====  =========================================================================
+code  meaning
+====  =========================================================================
+0     success; the deployment fits; every check passed
+1     the deployment does not fit; a gate failed; the measured run failed
+2     usage or input error: a bad flag, an unknown model or GPU, a malformed file
+3     an internal error: a servefit bug (please report it with the command line)
+130   interrupted (Ctrl-C) before a result existed
+====  =========================================================================
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import click
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from servefit.errors import ServefitError
+
+EXIT_OK = 0
+EXIT_DOES_NOT_FIT = 1
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+EXIT_INTERRUPTED = 130
+
+
+def fail(error: ServefitError) -> NoReturn:
+    """A user-fixable error: one paragraph naming what to fix, exit 2."""
+    click.echo(f"error ({error.label}): {error}", err=True)
+    sys.exit(EXIT_USAGE)
+
+
+def emit_json(doc: Any) -> None:
+    """A pydantic document (or a plain dict) as indented JSON on stdout."""
+    if hasattr(doc, "model_dump_json"):
+        click.echo(doc.model_dump_json(indent=2))
+    else:
+        import json
+
+        click.echo(json.dumps(doc, indent=2))
+
+
+def console() -> Console:
+    from rich.console import Console
+
+    return Console()
+
+
+def verdict_exit(fits: bool) -> NoReturn:
+    sys.exit(EXIT_OK if fits else EXIT_DOES_NOT_FIT)

@@ -1,0 +1,94 @@
+"""``servefit plan``: does the deployment fit, where does the memory go, how fast will the
+workload run, and (when it does not fit) the one recommendation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from servefit.cli.options import build_deployment, deployment_options
+from servefit.cli.output import console, emit_json, fail, verdict_exit
+from servefit.errors import ServefitError
+
+
+@click.command()
+@click.argument("model")
+@deployment_options
+@click.option(
+    "--performance/--no-performance",
+    default=True,
+    show_default=True,
+    help="Predict TTFT, decode rate and throughput for the workload.",
+)
+@click.option("--num-gpus", type=int, help="Scaling: find the best TP x PP x DP layout of N GPUs.")
+@click.option(
+    "--gpus-per-node", type=int, default=8, show_default=True, help="Scaling: GPUs per node."
+)
+@click.option(
+    "--objective",
+    type=click.Choice(["throughput", "latency"]),
+    default="throughput",
+    show_default=True,
+    help="Scaling: what the best layout maximises (meeting the SLO flags first).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the versioned JSON document.")
+def plan(
+    model: str,
+    performance: bool,
+    num_gpus: int | None,
+    gpus_per_node: int,
+    objective: str,
+    as_json: bool,
+    **flags: Any,
+) -> None:
+    """Does MODEL fit the GPU under vLLM with this workload? Where does the memory go, how
+    fast will it run, and what would fit?
+
+    MODEL is a Hugging Face id (bundled catalog first, then the Hub), a config.json, or a
+    model directory. Exit 0 fits, 1 does not fit, 2 input error.
+    """
+    from servefit.app.plan import plan_deployment
+    from servefit.app.scaling import ScalingRequest, plan_deployment_scaling
+
+    try:
+        d = build_deployment(model, flags)
+        scaling_request = (
+            ScalingRequest(num_gpus=num_gpus, gpus_per_node=gpus_per_node, objective=objective)
+            if num_gpus is not None
+            else None
+        )
+        outcome = plan_deployment(d, with_performance=performance)
+        scaling = (
+            plan_deployment_scaling(d, outcome.resolved, scaling_request)
+            if scaling_request
+            else None
+        )
+    except ServefitError as error:
+        fail(error)
+    from servefit.adapters.perf_document import scaling_section
+
+    scaling_doc = scaling_section(scaling) if scaling is not None else None
+    if as_json:
+        from servefit.adapters.plan_document import outcome_document
+
+        emit_json(outcome_document(outcome, scaling=scaling_doc))
+    else:
+        from servefit.cli.render import render_capacity, render_verdict
+        from servefit.cli.render_perf import render_performance, render_scaling
+
+        out = console()
+        render_capacity(
+            outcome.capacity,
+            model_id=outcome.resolved.model_id,
+            console=out,
+            checkpoint_bytes=outcome.resolved.loaded.checkpoint_bytes,
+        )
+        if outcome.performance is not None:
+            render_performance(outcome.performance, out)
+        elif performance:
+            out.print(f"\n[dim]No performance section: {outcome.performance_note}[/]")
+        if scaling_doc is not None:
+            render_scaling(scaling_doc, out)
+        render_verdict(outcome, out)
+    verdict_exit(outcome.fits)

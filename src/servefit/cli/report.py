@@ -1,0 +1,90 @@
+"""``servefit report``: the five-minute checklist (Markdown, HTML or JSON)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from servefit.cli.options import build_deployment, deployment_options
+from servefit.cli.output import fail
+from servefit.errors import InvalidArgumentError, ServefitError
+
+
+@click.command()
+@click.argument("model", required=False)
+@deployment_options
+@click.option(
+    "--bench",
+    "bench_dir",
+    type=click.Path(file_okay=False),
+    help="A `servefit bench --output DIR` run of this deployment: measured side by side.",
+)
+@click.option(
+    "--gpu-samples",
+    type=click.Path(dir_okay=False),
+    help="GPU samples (`bench --monitor`) [DIR/gpu_samples.jsonl when present].",
+)
+@click.option("--usd-per-gpu-hour", type=float, help="Economics: price [catalog default].")
+@click.option(
+    "--compare",
+    "compare_files",
+    nargs=2,
+    type=click.Path(dir_okay=False),
+    help="Two report JSON files (--format json) side by side.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["md", "html", "json"]),
+    default="md",
+    show_default=True,
+)
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to a file.")
+def report(
+    model: str | None,
+    bench_dir: str | None,
+    gpu_samples: str | None,
+    usd_per_gpu_hour: float | None,
+    compare_files: tuple[str, str] | None,
+    fmt: str,
+    output: str | None,
+    **flags: Any,
+) -> None:
+    """The five-minute checklist for MODEL on GPU: model, memory, workload, performance
+    (predicted and measured), scaling, economics, and the bottleneck diagnosis."""
+    from servefit.adapters import report as rep
+
+    try:
+        if compare_files:
+            a, b = (rep.load_report(Path(f)) for f in compare_files)
+            text = {
+                "md": rep.render_compare_markdown,
+                "html": rep.render_compare_html,
+            }.get(fmt, rep.render_compare_markdown)(a, b)
+        else:
+            if model is None or not flags.get("gpu"):
+                raise InvalidArgumentError("report needs MODEL and --gpu (or --compare A B)")
+            from servefit.app.report import ReportRequest, report_deployment
+
+            doc = report_deployment(
+                build_deployment(model, flags),
+                ReportRequest(
+                    bench_dir=bench_dir, gpu_samples=gpu_samples, usd_per_gpu_hour=usd_per_gpu_hour
+                ),
+            )
+            text = {"md": rep.render_markdown, "html": rep.render_html, "json": rep.dumps}[fmt](doc)
+        if output:
+            try:
+                Path(output).write_text(text, encoding="utf-8")
+            except OSError as error:
+                raise InvalidArgumentError(
+                    f"cannot write the report to {output}: {error.strerror}"
+                ) from None
+    except ServefitError as error:
+        fail(error)
+    if output:
+        click.echo(f"report written to {output}")
+    else:
+        click.echo(text)
