@@ -63,6 +63,14 @@ def test_hybrid_without_hybrid_prefix_caching_reuses_nothing():
     assert any("hybrid" in n for n in s.notes)
 
 
+def test_prefix_caching_off_reuses_nothing():
+    # reuse_block_tokens = 0 (caching off) once read as 1-token blocks: everything cached
+    s = session(reuse_block_tokens=0)
+    assert all(t.cached_tokens == 0 for t in s.turns)
+    assert s.gpu_time_saved_s == pytest.approx(0)
+    assert any("caching is off" in n for n in s.notes)
+
+
 def test_hybrid_with_align_mode_reuses_whole_big_blocks():
     s = session(is_hybrid=True, reuse_block_tokens=1024)
     assert [t.cached_tokens for t in s.turns] == [0, 1024, 1024, 1024]

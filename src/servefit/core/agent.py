@@ -13,6 +13,15 @@ layers: a cache hit needs the state *at the hit position*. vLLM from 0.20 keeps 
 only at block boundaries ("align" mode, with the hybrid's large block size), so the reusable
 prefix is rounded down to that block size; earlier versions disable prefix caching for
 hybrids, so every turn is prefilled from scratch.
+
+The two rules (:func:`history_block_tokens`, :func:`cached_history_tokens`) are shared by the
+single-session table below and by the simulation under load (:mod:`.serving`), so a turn
+reuses the same tokens in both. Eviction: a turn's history is assumed to still be in the
+cache when its next turn arrives. vLLM keeps a finished request's blocks as free but cached
+(evicted least-recently-used, and only when a new allocation needs the block); the next
+turn is sent as soon as the previous one finishes, so its history is among the most
+recently used blocks. Under heavy KV pressure a real server may evict it earlier: then
+the prediction is optimistic.
 """
 
 from __future__ import annotations
@@ -59,6 +68,35 @@ class AgentSession:
         return sum(t.decode_s for t in self.turns)
 
 
+def history_block_tokens(
+    *,
+    block_tokens: int,
+    enable_prefix_caching: bool,
+    is_hybrid: bool,
+    has_hybrid_prefix_caching: bool,
+) -> int:
+    """The granularity in which a turn reuses its history from the cache; 0: no reuse.
+
+    Prefix caching off: nothing is reused. A hybrid model on a vLLM version without hybrid
+    prefix caching: nothing either. Otherwise whole blocks of ``block_tokens`` (for a
+    hybrid, its large "align"-mode block)."""
+    if not enable_prefix_caching or block_tokens < 1:
+        return 0
+    if is_hybrid and not has_hybrid_prefix_caching:
+        return 0
+    return block_tokens
+
+
+def cached_history_tokens(*, turn: int, prompt_tokens: int, history_tokens: int, block: int) -> int:
+    """Tokens of turn ``turn``'s prompt found in the cache: the previous turn's prompt and
+    answer (``history_tokens``) in whole ``block``-token blocks, never the prompt's last
+    token (vLLM always computes it to sample). Turn 1 and ``block == 0``: none."""
+    if turn < 2 or block < 1:
+        return 0
+    cached = (history_tokens // block) * block
+    return max(0, min(cached, prompt_tokens - 1))
+
+
 def plan_agent_session(
     *,
     turns: int,
@@ -78,13 +116,19 @@ def plan_agent_session(
     notes = [
         "decode time is the same with and without prefix caching: caching removes prefill only"
     ]
-    block = max(reuse_block_tokens, 1)
+    block = history_block_tokens(
+        block_tokens=reuse_block_tokens,
+        enable_prefix_caching=reuse_block_tokens > 0,
+        is_hybrid=is_hybrid,
+        has_hybrid_prefix_caching=has_hybrid_prefix_caching,
+    )
     if is_hybrid and not has_hybrid_prefix_caching:
-        block = 0
         notes.append(
             "hybrid model on a vLLM version without hybrid prefix caching: no reuse, every "
             "turn prefills its whole history"
         )
+    elif not block:
+        notes.append("prefix caching is off: every turn prefills its whole history")
     elif is_hybrid:
         notes.append(
             f"hybrid model: recurrent states are kept only at {block}-token block boundaries "
@@ -94,8 +138,9 @@ def plan_agent_session(
     for t in range(1, turns + 1):
         prompt = prefix_tokens + t * message_tokens + (t - 1) * output_tokens
         history = prompt - message_tokens  # everything the previous turn left in the cache
-        cached = (history // block) * block if block and t > 1 else 0
-        cached = min(cached, prompt - 1)  # the last token is always computed
+        cached = cached_history_tokens(
+            turn=t, prompt_tokens=prompt, history_tokens=history, block=block
+        )
         cold = prefill_s(prompt, 0) + request_overhead_s
         warm = prefill_s(prompt - cached, cached) + request_overhead_s
         out.append(
