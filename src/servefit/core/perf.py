@@ -7,9 +7,11 @@ The steps, one named call each:
    (:mod:`.roofline`);
 3. the single-request numbers: cold TTFT, TTFT with a cached prefix, time per output token
    at batch 1, and the bytes one decode step reads (the "active bytes per token");
-4. the workload under load: the continuous-batching simulation (:mod:`.serving`);
-5. the latency-throughput curve over concurrency;
-6. agent sessions, when the workload has turns (:mod:`.agent`).
+4. the workload under load: the continuous-batching simulation (:mod:`.serving`), which
+   runs agent sessions when the workload has turns and splits the GPU time between
+   prefill and decode (what :func:`servefit.core.cost.cost_inputs_for` prices);
+5. the latency-throughput curve over concurrency (sessions too, when there are turns);
+6. one agent session alone, turn by turn, when the workload has turns (:mod:`.agent`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from servefit.core.agent import AgentSession, plan_agent_session
+from servefit.core.agent import AgentSession, history_block_tokens, plan_agent_session
 from servefit.core.hardware import GpuSpec
 from servefit.core.kv_cache import blocks_per_request
 from servefit.core.ops import (
@@ -148,12 +150,19 @@ def make_timer(m: ModelCoeffs, gpu: GpuSpec, profile: EfficiencyProfile):
 
 def serving_limits(plan: CapacityPlan) -> ServingLimits:
     r = plan.settings
+    block = plan.layout.min_block_size if plan.layout.groups else 16
     return ServingLimits(
         max_num_seqs=r.max_num_seqs,
         max_num_batched_tokens=r.max_num_batched_tokens,
         num_kv_blocks=plan.num_blocks,
-        block_size=plan.layout.min_block_size if plan.layout.groups else 16,
+        block_size=block,
         enable_prefix_caching=r.enable_prefix_caching,
+        history_block_tokens=history_block_tokens(
+            block_tokens=block,
+            enable_prefix_caching=r.enable_prefix_caching,
+            is_hybrid=plan.model.is_hybrid,
+            has_hybrid_prefix_caching=plan.behaviour.has_hybrid_prefix_caching,
+        ),
     )
 
 
@@ -270,7 +279,7 @@ def plan_performance(
     top = curve_max_concurrency or _default_curve_top(plan, workload)
     curve = tuple(
         load
-        if workload.is_closed_loop and c == workload.concurrency and workload.turns == 1
+        if workload.is_closed_loop and c == workload.concurrency
         else simulate_load(plan, m, profile, _at_concurrency(workload, c), slo)
         for c in curve_concurrencies(top)
     )
@@ -329,7 +338,7 @@ def _at_concurrency(w: Workload, concurrency: int) -> Workload:
         request_rate_per_s=None,
         num_requests=None,
         prefix_len=w.prefix_len,
-        turns=1,
+        turns=w.turns,
         seed=w.seed,
     )
 

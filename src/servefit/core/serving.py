@@ -21,6 +21,33 @@ one per output token. Step times come from :func:`servefit.core.roofline.step_ti
 Metrics follow ``vllm bench serve``: TTFT from the moment a request is sent; TPOT =
 (last token - first token) / (output tokens - 1); throughput = tokens / (last completion -
 first send).
+
+**Agent sessions** (``Workload.turns > 1``). The unit of load becomes the session
+(:func:`servefit.core.workload.sample_sessions`): ``concurrency`` sessions in flight, or
+sessions arriving at ``request_rate_per_s``. A session's turn ``t`` is sent the moment turn
+``t - 1`` finishes; its prompt is the previous prompt, its answer and a new message. With
+prefix caching the previous turn's prompt and answer are a cache hit in whole blocks
+(:func:`servefit.core.agent.cached_history_tokens`, with the granularity
+``ServingLimits.history_block_tokens``: 0 for a hybrid model without vLLM's hybrid prefix
+caching); the history is assumed not to be evicted between turns. Request metrics are over
+all turns; session throughput = sessions / (last completion - first send). Turn 1 is
+scheduled exactly as a single-turn request, so ``turns == 1`` is the plain workload.
+
+**GPU time by phase.** Each step's time is split between the prefill and the decode work it
+does, for the cost of input and output tokens (:mod:`servefit.core.cost`):
+
+- a step with only prefill chunks is prefill time, a step with only decodes decode time;
+- a mixed step of time ``T`` is split in proportion to what each part costs alone through
+  the same step timer (the roofline): ``prefill = T x T_p / (T_p + T_d)`` with ``T_p`` the
+  step of its prefill chunks alone and ``T_d`` the step of its decodes alone. The weights
+  read once for both and the fixed step overhead are thus shared in proportion to the
+  phases' stand-alone costs.
+
+A prefill step that completes a prompt samples that request's first token: that token is
+prefill work (it is what TTFT waits for). A prompt's cached tokens are not computed, so
+they cost no prefill time; a preempted request's recompute is prefill time. The totals add
+up to the busy time: ``prefill_gpu_s + decode_gpu_s = busy_s`` (the simulated time minus
+the idle gaps of an open loop).
 """
 
 from __future__ import annotations
@@ -29,10 +56,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from servefit.core.agent import cached_history_tokens
 from servefit.core.ops import StepShape
 from servefit.core.roofline import Bound, StepTime
 from servefit.core.stats import percentile
-from servefit.core.workload import RequestSpec, Slo, Workload, sample_requests
+from servefit.core.workload import SessionSpec, Slo, Workload, sample_sessions
 from servefit.errors import InvalidArgumentError
 
 StepTimer = Callable[[StepShape], StepTime]
@@ -49,10 +77,22 @@ class ServingLimits:
     num_kv_blocks: int
     block_size: int  # tokens of prefix reusable per cache block
     enable_prefix_caching: bool = True
+    # a session's history is reused in blocks of this many tokens (0: not at all; see
+    # servefit.core.agent.history_block_tokens); None: block_size when caching is on
+    history_block_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise InvalidArgumentError("max_num_seqs and max_num_batched_tokens must be >= 1")
+        if self.history_block_tokens is not None and self.history_block_tokens < 0:
+            raise InvalidArgumentError("history_block_tokens must be >= 0")
+
+    @property
+    def history_reuse_block_tokens(self) -> int:
+        """The granularity of a session's history reuse; 0: every turn prefills it all."""
+        if self.history_block_tokens is not None:
+            return self.history_block_tokens
+        return self.block_size if self.enable_prefix_caching else 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,6 +141,18 @@ class Stat:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TurnLoad:
+    """The requests of one turn of the sessions (all requests when turns == 1)."""
+
+    turn: int  # 1-based
+    num_requests: int
+    mean_input_len: float  # the whole prompt, history included
+    mean_cached_tokens: float  # of which found in the prefix cache
+    ttft_s: Stat
+    e2e_s: Stat
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LoadResult:
     """One simulated benchmark: the workload at one load level."""
 
@@ -121,11 +173,28 @@ class LoadResult:
     kv_blocked_fraction: float  # of the time, requests waited for KV cache
     bound: Bound
     time_by_bound_s: dict[str, float]
+    busy_s: float  # time with a step running: the duration less idle gaps
+    prefill_gpu_s: float  # of busy_s, prefill work (the module docstring's rule)
+    decode_gpu_s: float  # of busy_s, decode work
+    num_input_tokens: int  # all prompts (every turn's history included)
+    num_cached_tokens: int  # of which found in the prefix cache
+    num_output_tokens: int
+    turns: int  # per session; 1: every request is a session of its own
+    num_sessions: int
+    session_throughput_per_s: float  # sessions / duration
+    session_e2e_s: Stat  # first turn sent -> last turn finished
+    by_turn: tuple[TurnLoad, ...]  # one entry per turn
 
     @property
     def decode_tok_per_s(self) -> float:
         """Per request: the inverse of the mean time per output token."""
         return 1.0 / self.tpot_s.mean if self.tpot_s.mean else 0.0
+
+    @property
+    def prefill_share(self) -> float:
+        """Of the busy GPU time, the prefill part (0 when nothing ran)."""
+        busy = self.prefill_gpu_s + self.decode_gpu_s
+        return self.prefill_gpu_s / busy if busy > 0 else 0.0
 
 
 class _Req:
@@ -135,15 +204,30 @@ class _Req:
         "finish",
         "first",
         "generated",
+        "history_hit",
+        "index",
         "preemptions",
         "prompt",
         "sent",
+        "session",
         "spec",
     )
 
-    def __init__(self, spec: RequestSpec, sent: float) -> None:
+    def __init__(
+        self, session: SessionSpec, index: int, sent: float, history_block_tokens: int
+    ) -> None:
+        spec = session.turns[index]
+        self.session = session
+        self.index = index  # 0-based turn
         self.spec = spec
         self.sent = sent
+        # the previous turn's prompt and answer, found in the cache (0 for turn 1)
+        self.history_hit = cached_history_tokens(
+            turn=index + 1,
+            prompt_tokens=spec.input_len,
+            history_tokens=session.history_tokens(index),
+            block=history_block_tokens,
+        )
         self.prompt = spec.input_len
         self.cached = 0
         self.computed = 0  # tokens with KV in the cache (prompt and generated)
@@ -171,15 +255,15 @@ def simulate(
     slo: Slo | None = None,
 ) -> LoadResult:
     """Run ``workload`` through the scheduler; every completed request is timed."""
-    specs = sample_requests(workload)
-    longest = max(s.input_len + s.output_len for s in specs)
+    sessions = sample_sessions(workload)
+    longest = max(t.input_len + t.output_len for s in sessions for t in s.turns)
     if blocks_for(longest) > limits.num_kv_blocks:
         raise InvalidArgumentError(
             f"a request of {longest} tokens needs {blocks_for(longest)} KV blocks but the "
             f"cache holds {limits.num_kv_blocks}: shorten --input-len/--output-len or give "
             "the model more memory"
         )
-    sim = _Simulation(workload, limits, timer, blocks_for, specs)
+    sim = _Simulation(workload, limits, timer, blocks_for, sessions)
     sim.run()
     return sim.result(request_overhead_s, slo)
 
@@ -191,21 +275,24 @@ class _Simulation:
         limits: ServingLimits,
         timer: StepTimer,
         blocks_for: BlocksFor,
-        specs: tuple[RequestSpec, ...],
+        sessions: tuple[SessionSpec, ...],
     ) -> None:
         self.w = w
         self.limits = limits
         self.timer = timer
         # blocks one request holds at each length it can reach (a list: the hot path)
-        longest = max(sp.input_len + sp.output_len for sp in specs) + MAX_STEPS_PER_JUMP + 1
+        longest = max(t.input_len + t.output_len for s in sessions for t in s.turns)
+        longest += MAX_STEPS_PER_JUMP + 1
         self.table = [blocks_for(length) for length in range(longest + 1)]
-        self.pending = deque(specs)
+        self.pending = deque(sessions)
+        self.num_requests = sum(len(s.turns) for s in sessions)
+        self.history_block = limits.history_reuse_block_tokens
         self.waiting: deque[_Req] = deque()
         self.running: list[_Req] = []
         self.done: list[_Req] = []
         self.t = 0.0
-        self.in_flight = 0  # sent and not finished (closed loop / concurrency cap)
-        self.cap = w.concurrency if w.concurrency is not None else len(specs)
+        self.in_flight = 0  # sessions started and not finished (closed loop / cap)
+        self.cap = w.concurrency if w.concurrency is not None else len(sessions)
         self.prefix_ready = False
         bs = max(limits.block_size, 1)
         self.prefix_tokens = (w.prefix_len // bs) * bs if limits.enable_prefix_caching else 0
@@ -214,6 +301,8 @@ class _Simulation:
         self.preemptions = 0
         self.kv_blocked_s = 0.0
         self.by_bound: dict[str, float] = {}
+        self.busy_s = 0.0
+        self.prefill_s = 0.0  # of busy_s, prefill work
         self.used = 0  # KV blocks the running requests hold
 
     def blocks(self, length: int) -> int:
@@ -243,7 +332,7 @@ class _Simulation:
                 break
             self.pending.popleft()
             sent = self.t if nxt.arrival_s is None else max(nxt.arrival_s, 0.0)
-            self.waiting.append(_Req(nxt, sent))
+            self.waiting.append(_Req(nxt, 0, sent, self.history_block))
             self.in_flight += 1
 
     def next_arrival_s(self) -> float | None:
@@ -275,9 +364,10 @@ class _Simulation:
         while self.waiting and len(self.running) < self.limits.max_num_seqs and budget > 0:
             r = self.waiting[0]
             start = r.computed
-            if self.prefix_ready and r.preemptions == 0 and self.prefix_tokens < r.prompt:
-                r.cached = self.prefix_tokens
-                start = max(r.computed, self.prefix_tokens)
+            hit = max(self.prefix_tokens if self.prefix_ready else 0, r.history_hit)
+            if (self.prefix_ready or r.history_hit) and r.preemptions == 0 and hit < r.prompt:
+                r.cached = hit
+                start = max(r.computed, hit)
             n = min(r.prompt - start, budget)
             if self.used + grow + self.blocks(start + n) > capacity and not is_exact:
                 grow, is_exact = self.growth_blocks(decodes, chunks), True
@@ -319,10 +409,33 @@ class _Simulation:
         self.set_computed(r, 0)
         self.running.remove(r)
         self.done.append(r)
-        self.in_flight -= 1
+        if r.index + 1 < len(r.session.turns):  # the session's next turn, sent at once
+            self.waiting.append(_Req(r.session, r.index + 1, self.t, self.history_block))
+        else:
+            self.in_flight -= 1
+
+    def prefill_part_s(
+        self, st: StepTime, decodes: list[_Req], chunks: list[tuple[_Req, int]], finishing: int
+    ) -> float:
+        """Of one step, the prefill work's time: all of a prefill-only step, a share of a
+        mixed one in proportion to each part's stand-alone time."""
+        if not chunks:
+            return 0.0
+        if not decodes:
+            return st.time_s
+        alone_p = self.timer(
+            StepShape(
+                prefill_chunks=tuple((n, r.computed) for r, n in chunks),
+                num_finishing_prefills=finishing,
+            )
+        ).time_s
+        alone_d = self.timer(StepShape(decode_contexts=tuple(r.length for r in decodes))).time_s
+        both = alone_p + alone_d
+        return st.time_s * alone_p / both if both > 0 else 0.0
 
     def account(self, st: StepTime, batch: int, steps: int, kv_blocked: bool) -> None:
         dt = st.time_s * steps
+        self.busy_s += dt
         self.batch_time += batch * dt
         self.max_batch = max(self.max_batch, batch)
         if kv_blocked:
@@ -336,7 +449,7 @@ class _Simulation:
             self.by_bound[name.value] = self.by_bound.get(name.value, 0.0) + value * steps
 
     def run(self) -> None:
-        total = len(self.pending)
+        total = self.num_requests
         while len(self.done) < total:
             self.send_arrivals()
             if not self.running and not self.waiting:
@@ -361,6 +474,7 @@ class _Simulation:
             st = self.timer(shape)
             self.t += st.time_s
             self.account(st, len(decodes) + len(chunks), 1, kv_blocked)
+            self.prefill_s += self.prefill_part_s(st, decodes, chunks, finishing)
             for r, n in chunks:
                 self.set_computed(r, r.computed + n)
                 if r.computed >= r.prompt:
@@ -427,6 +541,7 @@ class _Simulation:
         duration = max(end - start, 1e-12)
         out_tokens = sum(t.output_len for t in timings)
         in_tokens = sum(t.input_len for t in timings)
+        num_sessions = sum(1 for r in self.done if r.index + 1 == len(r.session.turns))
         goodput = None
         if slo is not None:
             goodput = sum(1 for t in timings if slo.met_by(t.ttft_s, t.tpot_s)) / duration
@@ -456,4 +571,42 @@ class _Simulation:
             kv_blocked_fraction=kv_fraction,
             bound=bound,
             time_by_bound_s=parts,
+            busy_s=self.busy_s,
+            prefill_gpu_s=self.prefill_s,
+            decode_gpu_s=self.busy_s - self.prefill_s,
+            num_input_tokens=in_tokens,
+            num_cached_tokens=sum(t.cached_tokens for t in timings),
+            num_output_tokens=out_tokens,
+            turns=self.w.turns,
+            num_sessions=num_sessions,
+            session_throughput_per_s=num_sessions / duration,
+            session_e2e_s=self.session_e2e(request_overhead_s),
+            by_turn=self.by_turn(timings),
+        )
+
+    def session_e2e(self, request_overhead_s: float) -> Stat:
+        first_sent: dict[int, float] = {}
+        last_finish: dict[int, float] = {}
+        for r in self.done:
+            key = id(r.session)
+            if r.index == 0:
+                first_sent[key] = r.sent
+            if r.index + 1 == len(r.session.turns):
+                last_finish[key] = r.finish + request_overhead_s
+        return Stat.of([last_finish[k] - first_sent[k] for k in last_finish])
+
+    def by_turn(self, timings: list[RequestTiming]) -> tuple[TurnLoad, ...]:
+        groups: dict[int, list[RequestTiming]] = {}
+        for r, t in zip(self.done, timings, strict=True):
+            groups.setdefault(r.index + 1, []).append(t)
+        return tuple(
+            TurnLoad(
+                turn=turn,
+                num_requests=len(ts),
+                mean_input_len=sum(t.input_len for t in ts) / len(ts),
+                mean_cached_tokens=sum(t.cached_tokens for t in ts) / len(ts),
+                ttft_s=Stat.of([t.ttft_s for t in ts]),
+                e2e_s=Stat.of([t.e2e_s for t in ts]),
+            )
+            for turn, ts in sorted(groups.items())
         )

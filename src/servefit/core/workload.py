@@ -8,7 +8,14 @@ prefix-sharing structure.
   (``--random-range-ratio``).
 - *Prefix*: ``prefix_len`` tokens shared by every request (a system prompt, tool
   definitions), which a prefix cache computes once.
-- *Turns*: an agent session of ``turns`` turns re-sends its whole history each turn.
+- *Turns*: an agent session of ``turns`` turns re-sends its whole history each turn. With
+  ``turns > 1`` the unit of load is the *session*: ``concurrency`` sessions in flight (closed
+  loop), or sessions arriving at ``request_rate_per_s`` (open loop). Turn ``t`` is sent when
+  turn ``t - 1`` finishes (no think time) with the prompt
+  ``P + u_1 + o_1 + ... + u_(t-1) + o_(t-1) + u_t``: the previous prompt, its answer and a
+  new message of ``u_t`` tokens (``P`` = ``prefix_len``; a turn's ``u`` is a sampled input
+  length minus ``P``, its ``o`` a sampled output length). Fixed lengths give
+  ``P + t u + (t - 1) o``; turn 1 is drawn exactly as a single-turn request.
 
 Sampling uses a seeded generator: the same workload gives the same requests.
 """
@@ -89,6 +96,16 @@ class Workload:
         users = self.concurrency or 1
         return max(24, 4 * users) if self.is_closed_loop else max(64, 4 * users)
 
+    def resolved_num_sessions(self) -> int:
+        """Sessions to simulate when ``turns > 1``: ``num_requests`` turns in all when given,
+        else as many requests as a single-turn workload and at least two sessions per
+        user (so that sessions overlap in every phase, as in a steady state; an uncapped
+        open loop counts as 8 users)."""
+        if self.num_requests is not None:
+            return max(1, -(-self.num_requests // self.turns))
+        users = self.concurrency or 8
+        return max(-(-self.resolved_num_requests() // self.turns), 2 * users)
+
     def describe(self) -> str:
         def length(d: LengthDist) -> str:
             return f"{d.mean}" + (f" (+/-{d.range_ratio:.0%})" if d.range_ratio else "")
@@ -143,4 +160,50 @@ def sample_requests(w: Workload) -> tuple[RequestSpec, ...]:
                 output_len=max(1, w.output_len.sample(rng)),
             )
         )
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionSpec:
+    """One user's session: its turns, each prompt holding the previous turns' history."""
+
+    arrival_s: float | None  # None: closed loop (started when a user is free)
+    turns: tuple[RequestSpec, ...]  # turns[i].input_len: the whole prompt of turn i + 1
+
+    def __post_init__(self) -> None:
+        if not self.turns:
+            raise InvalidArgumentError("a session needs at least one turn")
+
+    def history_tokens(self, index: int) -> int:
+        """Tokens turn ``index`` (0-based) inherits: the previous prompt and its answer."""
+        if index == 0:
+            return 0
+        before = self.turns[index - 1]
+        return before.input_len + before.output_len
+
+
+def sample_sessions(w: Workload) -> tuple[SessionSpec, ...]:
+    """The workload as sessions. One turn: each request of :func:`sample_requests` is a
+    session of its own (the same draws). More turns: sessions of ``w.turns`` turns."""
+    if w.turns == 1:
+        return tuple(SessionSpec(arrival_s=r.arrival_s, turns=(r,)) for r in sample_requests(w))
+    rng = Random(w.seed)
+    out = []
+    t = 0.0
+    for _ in range(w.resolved_num_sessions()):
+        arrival = None
+        if w.request_rate_per_s is not None:
+            t += rng.expovariate(w.request_rate_per_s)
+            arrival = t
+        turns: list[RequestSpec] = []
+        for i in range(w.turns):
+            drawn = max(1, w.input_len.sample(rng))
+            output = max(1, w.output_len.sample(rng))
+            if i == 0:
+                prompt = drawn  # turn 1: exactly a single-turn request
+            else:
+                message = max(1, drawn - w.prefix_len)
+                prompt = turns[-1].input_len + turns[-1].output_len + message
+            turns.append(RequestSpec(arrival_s=None, input_len=prompt, output_len=output))
+        out.append(SessionSpec(arrival_s=arrival, turns=tuple(turns)))
     return tuple(out)
