@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pydantic import Field
+
 from servefit import __version__
 from servefit.adapters.document import FrozenDoc
 
@@ -65,7 +67,7 @@ class LoadSection(FrozenDoc):
     num_sessions: int | None = None
     session_throughput_per_s: float | None = None
     session_e2e_s: StatSection | None = None
-    by_turn: list[TurnLoadSection] = []
+    by_turn: list[TurnLoadSection] = Field(default_factory=list)
 
 
 class AgentTurnSection(FrozenDoc):
