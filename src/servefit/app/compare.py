@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from servefit.adapters.catalog import gpu_catalog
 from servefit.adapters.model_source import load_model
 from servefit.app.deployment import Deployment
 from servefit.app.plan import PlanOutcome, plan_deployment
@@ -49,16 +50,14 @@ def compare_deployments(
         loaded = load_model(model, revision=d.revision, allow_hub=d.allow_hub)
         for name in gpu_names:
             cell_d = replace(d, model=model, hardware=replace(d.hardware, gpu=name))
-            resolved = resolve(cell_d, loaded=loaded)
-            try:
+            gpu_name = gpu_catalog().get(name).name  # an unknown GPU is an input error
+            try:  # the engine may refuse the pairing (a checkpoint format, a TP size)
+                resolved = resolve(cell_d, loaded=loaded)
                 outcome = plan_deployment(cell_d, resolved=resolved)
             except InvalidArgumentError as error:
                 cells.append(
                     CompareCell(
-                        model=loaded.spec.name,
-                        gpu=resolved.gpu.name,
-                        outcome=None,
-                        problem=str(error),
+                        model=loaded.spec.name, gpu=gpu_name, outcome=None, problem=str(error)
                     )
                 )
                 continue

@@ -12,8 +12,7 @@ from servefit.app.recommend import Recommendation, recommend
 from servefit.app.resolve import Resolved, resolve
 from servefit.app.verdict import Verdict, judge
 from servefit.core.perf import PerformancePlan, plan_performance
-from servefit.core.plan import CapacityPlan, ServeSettings, plan_capacity
-from servefit.core.vllm_command import vllm_serve_args
+from servefit.core.plan import CapacityPlan, ServeSettings
 from servefit.errors import InvalidArgumentError
 
 
@@ -44,20 +43,19 @@ class PlanOutcome:
 
 def capacity_for(resolved: Resolved, settings: ServeSettings) -> CapacityPlan:
     """The engine's capacity plan of these settings on the resolved model and GPU."""
-    return plan_capacity(
+    return resolved.engine.plan(
         resolved.loaded.spec,
         resolved.gpu,
         settings,
         mamba_ssm_dtype=resolved.loaded.mamba_ssm_dtype,
-        with_suggestions=False,
     )
 
 
 def launch_args(resolved: Resolved, plan: CapacityPlan, asked: ServeSettings) -> list[str]:
-    """The command that launches ``plan`` with every flag the user set."""
-    return vllm_serve_args(
-        resolved.model_id, plan, asked, extra_args=resolved.deployment.extra_args
-    )
+    """The command that launches ``plan`` with every flag the user set (and the flags
+    servefit does not model, verbatim)."""
+    args = resolved.engine.launch_args(resolved.model_id, plan, asked)
+    return [*args, *resolved.deployment.extra_args]
 
 
 def predict(
@@ -67,7 +65,8 @@ def predict(
     if not plan.starts:
         return None, "the engine does not start with these settings"
     try:
-        return plan_performance(plan, d.workload, resolved.profile(), slo=d.slo), ""
+        profile = resolved.profile(d.engine or plan.engine)
+        return plan_performance(plan, d.workload, profile, slo=d.slo), ""
     except InvalidArgumentError as error:
         if d.is_workload_given:
             return None, str(error)

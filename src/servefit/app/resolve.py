@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from servefit.adapters.catalog import efficiency_table, gpu_catalog
 from servefit.adapters.model_source import LoadedModel, load_model
 from servefit.app.deployment import Deployment, Hardware
+from servefit.core.engines import ServingEngine, select_engine
 from servefit.core.hardware import GpuSpec, custom_gpu
 from servefit.errors import InvalidArgumentError
 from servefit.units import GB_BYTES, GIB_BYTES
@@ -58,6 +59,7 @@ class Resolved:
     loaded: LoadedModel
     gpu: GpuSpec
     calibration: CalibrationDocument | None
+    engine: ServingEngine  # the engine that serves it there (refusals raised on resolve)
 
     @property
     def model_id(self) -> str:
@@ -102,4 +104,5 @@ def resolve(d: Deployment, *, loaded: LoadedModel | None = None) -> Resolved:
     gpu = resolve_gpu(d.hardware, calibration)
     if loaded is None:
         loaded = load_model(d.model, revision=d.revision, allow_hub=d.allow_hub)
-    return Resolved(deployment=d, loaded=loaded, gpu=gpu, calibration=calibration)
+    engine = select_engine(d.engine, gpu, loaded.spec)
+    return Resolved(deployment=d, loaded=loaded, gpu=gpu, calibration=calibration, engine=engine)

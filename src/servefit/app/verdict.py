@@ -23,7 +23,13 @@ from servefit.app.deployment import Deployment, longest_request_tokens
 from servefit.core.kv_cache import max_concurrency
 from servefit.core.plan import CapacityPlan
 
-STARTUP_PREFIX = "vLLM would not start: "
+
+def is_startup_problem(problem: str) -> bool:
+    """Engines word what stops them as "<engine> would not start: ..." (vLLM, llama-server)
+    or "mlx-lm would not fit in ...: ..."; suggestions and target misses are worded
+    otherwise."""
+    head, sep, _ = problem.partition(": ")
+    return bool(sep) and " would not " in head
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,13 +60,8 @@ class Verdict:
 def judge(plan: CapacityPlan, d: Deployment) -> Verdict:
     """The verdict of ``plan`` (planned with ``d.engine_settings()``) for deployment ``d``."""
     r = plan.settings
-    engine_name = _engine_name(plan)
-    startup = tuple(
-        p.replace(STARTUP_PREFIX, f"{engine_name} would not start: ")
-        for p in plan.problems
-        if p.startswith(STARTUP_PREFIX)
-    )
-    reasons: list[str] = list(startup)
+    engine_name = plan.engine_label
+    reasons: list[str] = [p for p in plan.problems if is_startup_problem(p)]
     checks: list[str] = []
     starts = plan.starts
 
@@ -138,8 +139,3 @@ def judge(plan: CapacityPlan, d: Deployment) -> Verdict:
         workload_tokens=tokens,
         workload_requests_held=held,
     )
-
-
-def _engine_name(plan: CapacityPlan) -> str:
-    name = getattr(plan, "engine", "vllm")
-    return {"vllm": "vLLM", "mlx": "MLX", "llama.cpp": "llama.cpp"}.get(name, name)
