@@ -1,6 +1,19 @@
 """servefit: will this LLM workload fit this serving system, and how fast will it run?
 
-The public API (imported on first use, so ``servefit --version`` stays instant)::
+The public API (imported on first use, so ``servefit --version`` stays instant). A whole
+deployment, judged as the CLI judges it::
+
+    from servefit import Deployment, Hardware, ServeSettings, default_workload, plan_deployment
+
+    outcome = plan_deployment(Deployment(
+        model="Qwen/Qwen3.6-27B-FP8", hardware=Hardware(gpu="A40"),
+        settings=ServeSettings(max_model_len=32768, max_num_seqs=128),
+        workload=default_workload(input_len=1024, output_len=64, concurrency=8,
+                                  request_rate_per_s=None),
+        is_workload_given=True))
+    outcome.fits, outcome.verdict.reasons, outcome.vllm_command
+
+The core underneath, one step at a time::
 
     from servefit import load_model, gpu_catalog, plan_capacity, ServeSettings
     from servefit import plan_performance, fixed_workload, efficiency_table
@@ -21,6 +34,16 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    # the application layer: one deployment, one verdict (what every command calls)
+    "Deployment": "servefit.app.deployment",
+    "Hardware": "servefit.app.deployment",
+    "CapacityTarget": "servefit.app.deployment",
+    "default_workload": "servefit.app.deployment",
+    "plan_deployment": "servefit.app.plan",
+    "compare_deployments": "servefit.app.compare",
+    "estimate_deployment_cost": "servefit.app.cost",
+    "report_deployment": "servefit.app.report",
+    # the core and adapters underneath
     "ServefitError": "servefit.errors",
     "ModelSpec": "servefit.core.model_spec",
     "spec_from_hf_config": "servefit.core.hf_config",

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from servefit.app.deployment import Deployment
 from servefit.app.recommend import Recommendation, recommend
 from servefit.app.resolve import Resolved, resolve
 from servefit.app.verdict import Verdict, judge
-from servefit.core.perf import PerformancePlan, plan_performance
 from servefit.core.plan import CapacityPlan, ServeSettings
 from servefit.errors import InvalidArgumentError
+
+if TYPE_CHECKING:  # the performance model is imported only when a plan predicts speed
+    from servefit.core.perf import PerformancePlan
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,6 +67,8 @@ def predict(
     """The performance of the deployment's workload, or why there is none."""
     if not plan.starts:
         return None, "the engine does not start with these settings"
+    from servefit.core.perf import plan_performance
+
     try:
         profile = resolved.profile(d.engine or plan.engine)
         return plan_performance(plan, d.workload, profile, slo=d.slo), ""

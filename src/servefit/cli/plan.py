@@ -49,26 +49,21 @@ def plan(
     model directory. Exit 0 fits, 1 does not fit, 2 input error.
     """
     from servefit.app.plan import plan_deployment
-    from servefit.app.scaling import ScalingRequest, plan_deployment_scaling
 
+    scaling_doc = None
     try:
         d = build_deployment(model, flags)
-        scaling_request = (
-            ScalingRequest(num_gpus=num_gpus, gpus_per_node=gpus_per_node, objective=objective)
-            if num_gpus is not None
-            else None
-        )
         outcome = plan_deployment(d, with_performance=performance)
-        scaling = (
-            plan_deployment_scaling(d, outcome.resolved, scaling_request)
-            if scaling_request
-            else None
-        )
+        if num_gpus is not None:
+            from servefit.adapters.perf_document import scaling_section
+            from servefit.app.scaling import ScalingRequest, plan_deployment_scaling
+
+            request = ScalingRequest(
+                num_gpus=num_gpus, gpus_per_node=gpus_per_node, objective=objective
+            )
+            scaling_doc = scaling_section(plan_deployment_scaling(d, outcome.resolved, request))
     except ServefitError as error:
         fail(error)
-    from servefit.adapters.perf_document import scaling_section
-
-    scaling_doc = scaling_section(scaling) if scaling is not None else None
     if as_json:
         from servefit.adapters.plan_document import outcome_document
 
