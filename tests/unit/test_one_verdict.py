@@ -232,3 +232,40 @@ def test_an_internal_error_exits_3_not_1(monkeypatch, capsys):
         cli_main.main(["boom"])
     assert exit_info.value.code == 3
     assert "servefit bug" in capsys.readouterr().err
+
+
+# 5 and 6. Cost by phase; agent turns under load and in cost -------------------------------
+
+
+def _cost(*extra: str) -> dict:
+    result = run(
+        "cost", QWEN, "--gpu", "A40", "--max-model-len", "32768", "--max-num-seqs", "16",
+        "--concurrency", "4", "--input-len", "2504", "--prefix-len", "2000", "--output-len",
+        "64", *extra, "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_cost_charges_both_phases_and_adds_back_up_to_the_request():
+    doc = _cost()
+    cost, load = doc["cost"], doc["performance"]["load"]
+    assert cost["usd_per_million_output_tokens"] > 0  # was $0.000: "prefill is 100%"
+    assert cost["usd_per_million_input_tokens"] > 0
+    assert 0 < cost["prefill_share"] < 1
+    # input and output prices are the two shares of one request's cost (mean tokens)
+    n = max(load["num_requests"], 1)
+    per_request = (
+        cost["usd_per_million_input_tokens"] * load["num_input_tokens"] / n
+        + cost["usd_per_million_output_tokens"] * load["num_output_tokens"] / n
+    ) / 1e6
+    assert per_request == pytest.approx(cost["usd_per_request"], rel=1e-6)
+
+
+def test_turns_change_the_cost_of_a_session():
+    sessions = {t: _cost("--turns", str(t))["cost"] for t in (1, 6, 20)}
+    per_session = [sessions[t]["usd_per_session"] for t in (1, 6, 20)]
+    # each turn re-sends a longer history and generates its own output: more GPU time
+    assert per_session[0] < per_session[1] < per_session[2]
+    # a task is a session by default
+    assert sessions[20]["usd_per_successful_task"] == pytest.approx(per_session[2])

@@ -8,7 +8,13 @@ from dataclasses import dataclass
 from servefit.adapters.catalog import api_price, gpu_price
 from servefit.app.deployment import Deployment
 from servefit.app.plan import PlanOutcome, plan_deployment
-from servefit.core.cost import ApiPrice, CostEstimate, CostInputs, estimate_cost
+from servefit.core.cost import (
+    ApiPrice,
+    CostEstimate,
+    CostInputs,
+    cost_inputs_for,
+    estimate_cost,
+)
 from servefit.core.perf import PerformancePlan
 from servefit.errors import InvalidArgumentError
 
@@ -17,7 +23,7 @@ from servefit.errors import InvalidArgumentError
 class CostRequest:
     usd_per_gpu_hour: float | None = None  # None: the catalog's price for the GPU
     utilization: float = 1.0
-    requests_per_task: float = 1.0
+    requests_per_task: float | None = None  # None: one session (its turns' requests)
     success_rate: float = 1.0
     requests_per_day: float | None = None
     api_name: str | None = None
@@ -63,15 +69,13 @@ def cost_inputs(
     price_source: str,
     req: CostRequest | None = None,
 ) -> CostInputs:
-    """The cost model's inputs from a performance plan at its workload."""
+    """The cost model's inputs from a performance plan at its workload (GPU time split by
+    phase from the simulation; a task is one agent session unless said otherwise)."""
     req = req or CostRequest()
-    return CostInputs(
-        usd_per_gpu_hour=usd_per_gpu_hour,
+    return cost_inputs_for(
+        perf,
         num_gpus=num_gpus,
-        request_throughput_per_s=perf.load.request_throughput_per_s,
-        prefill_s_per_request=perf.prefill.time_s,
-        input_tokens=perf.workload.input_len.mean,
-        output_tokens=perf.workload.output_len.mean,
+        usd_per_gpu_hour=usd_per_gpu_hour,
         price_source=price_source,
         utilization=req.utilization,
         requests_per_task=req.requests_per_task,

@@ -22,7 +22,11 @@ from servefit.errors import ServefitError
     show_default=True,
     help="Fraction of the time replicas serve at the predicted throughput.",
 )
-@click.option("--requests-per-task", type=float, default=1.0, show_default=True)
+@click.option(
+    "--requests-per-task",
+    type=float,
+    help="Requests one task takes [1; an agent session's turns with --turns].",
+)
 @click.option("--success-rate", type=float, default=1.0, show_default=True)
 @click.option("--requests-per-day", type=float, help="Your volume: GPU-hours and $ per day.")
 @click.option("--api", "api_name", help="Compare with a per-token API from the price catalog.")
@@ -33,7 +37,7 @@ def cost(
     model: str,
     usd_per_gpu_hour: float | None,
     utilization: float,
-    requests_per_task: float,
+    requests_per_task: float | None,
     success_rate: float,
     requests_per_day: float | None,
     api_name: str | None,
