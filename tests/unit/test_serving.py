@@ -114,9 +114,9 @@ def test_poisson_arrivals_are_seeded_and_open_loop():
 
 
 def test_goodput_counts_requests_meeting_the_slo():
-    r = simulate(workload(4), limits(), timer, blocks, slo=Slo(tpot_s=0.001))
+    r = simulate(workload(4), limits(), timer, blocks, slo=Slo(tpot_ms=1.0))
     assert r.goodput_per_s == 0
-    r = simulate(workload(4), limits(), timer, blocks, slo=Slo(tpot_s=1.0))
+    r = simulate(workload(4), limits(), timer, blocks, slo=Slo(tpot_ms=1000.0))
     assert r.goodput_per_s == pytest.approx(r.request_throughput_per_s)
 
 

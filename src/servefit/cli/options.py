@@ -199,7 +199,7 @@ def is_workload_given() -> bool:
 def build_deployment(model: str, flags: dict[str, Any], **extra: Any) -> Any:
     """Pop the deployment's flags out of ``flags`` (what is left belongs to the command)."""
     from servefit.app.deployment import CapacityTarget, Deployment, Hardware, default_workload
-    from servefit.core.workload import Slo
+    from servefit.core.metrics import Slo
 
     hardware = Hardware(
         gpu=flags.pop("gpu", None),
@@ -229,10 +229,7 @@ def build_deployment(model: str, flags: dict[str, Any], **extra: Any) -> Any:
     ttft_ms, tpot_ms = flags.pop("slo_ttft_ms", None), flags.pop("slo_tpot_ms", None)
     slo = None
     if ttft_ms is not None or tpot_ms is not None:
-        slo = Slo(
-            ttft_s=ttft_ms / 1e3 if ttft_ms is not None else None,
-            tpot_s=tpot_ms / 1e3 if tpot_ms is not None else None,
-        )
+        slo = Slo(ttft_ms=ttft_ms, tpot_ms=tpot_ms)
     return Deployment(
         model=model,
         hardware=hardware,

@@ -56,10 +56,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from servefit.core import metrics
 from servefit.core.agent import cached_history_tokens
+from servefit.core.metrics import Stat
 from servefit.core.ops import StepShape
 from servefit.core.roofline import Bound, StepTime
-from servefit.core.stats import percentile
 from servefit.core.workload import SessionSpec, Slo, Workload, sample_sessions
 from servefit.errors import InvalidArgumentError
 
@@ -105,38 +106,19 @@ class RequestTiming:
     cached_tokens: int
     num_preemptions: int
 
+    # the formulas the benchmark measures with (servefit.core.metrics)
     @property
     def ttft_s(self) -> float:
-        return self.first_token_s - self.sent_s
+        return metrics.ttft_s(sent_s=self.sent_s, first_token_s=self.first_token_s)
 
     @property
     def e2e_s(self) -> float:
-        return self.finish_s - self.sent_s
+        return metrics.e2e_s(sent_s=self.sent_s, done_s=self.finish_s)
 
     @property
     def tpot_s(self) -> float | None:
-        if self.output_len < 2:
-            return None
-        return (self.finish_s - self.first_token_s) / (self.output_len - 1)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Stat:
-    mean: float
-    p50: float
-    p90: float
-    p99: float
-
-    @classmethod
-    def of(cls, values: list[float]) -> Stat:
-        if not values:
-            return cls(mean=0.0, p50=0.0, p90=0.0, p99=0.0)
-        ordered = sorted(values)
-        return cls(
-            mean=sum(ordered) / len(ordered),
-            p50=percentile(ordered, 50),
-            p90=percentile(ordered, 90),
-            p99=percentile(ordered, 99),
+        return metrics.tpot_s(
+            first_token_s=self.first_token_s, done_s=self.finish_s, output_tokens=self.output_len
         )
 
 
@@ -544,7 +526,7 @@ class _Simulation:
         num_sessions = sum(1 for r in self.done if r.index + 1 == len(r.session.turns))
         goodput = None
         if slo is not None:
-            goodput = sum(1 for t in timings if slo.met_by(t.ttft_s, t.tpot_s)) / duration
+            goodput = metrics.goodput_per_s(slo, timings, duration)
         busy = self.t if self.t > 0 else 1e-12
         kv_fraction = self.kv_blocked_s / busy
         parts = dict(self.by_bound)

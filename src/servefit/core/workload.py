@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from random import Random
 
+from servefit.core.metrics import Slo as Slo  # re-exported: the one Slo, with the metrics
 from servefit.errors import InvalidArgumentError
 
 
@@ -122,19 +123,6 @@ class Workload:
         if self.turns > 1:
             text += f", {self.turns}-turn sessions"
         return text
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Slo:
-    """Service-level objectives: a request that meets them counts towards goodput."""
-
-    ttft_s: float | None = None
-    tpot_s: float | None = None
-
-    def met_by(self, ttft_s: float, tpot_s: float | None) -> bool:
-        return (self.ttft_s is None or ttft_s <= self.ttft_s) and (
-            self.tpot_s is None or tpot_s is None or tpot_s <= self.tpot_s
-        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
