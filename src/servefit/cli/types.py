@@ -1,0 +1,32 @@
+"""Click parameter types for values spelled the way vLLM spells them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from servefit.errors import InvalidArgumentError
+from servefit.units import parse_human_int
+
+
+class HumanInt(click.ParamType):
+    """A count as vLLM reads it: ``32768``, ``32k`` (32,000), ``32K`` (32,768), ``25.6k``.
+
+    A bad value is a usage error (exit 2) whose message names the flag and the spellings
+    vLLM accepts (see :func:`servefit.units.parse_human_int`).
+    """
+
+    name = "integer"  # --help shows INTEGER, as for click.INT
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value  # a default, or a value a caller passed already parsed
+        flag = param.opts[0] if param is not None and param.opts else "value"
+        try:
+            return parse_human_int(str(value), flag=flag)
+        except InvalidArgumentError as error:
+            self.fail(str(error), param, ctx)
+
+
+HUMAN_INT = HumanInt()
