@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from servefit.bench.metrics import Slo
-from servefit.bench.runner import BenchConfig, run
+from servefit.bench.config import BenchConfig
+from servefit.bench.runner import run
 from servefit.bench.schedules import Schedule
 from servefit.bench.workloads import WorkloadConfig
+from servefit.core.metrics import Slo
 
 from .conftest import free_port
 
@@ -111,15 +112,15 @@ def test_every_fault_is_counted_and_nothing_is_lost(instant_server, tmp_path):
     assert errors == ["HTTP 429", "HTTP 500", "disconnected mid-stream", "malformed SSE", "timeout"]
 
 
-def test_unreachable_server_exits_1_with_a_clear_summary(tmp_path):
+@pytest.mark.parametrize("model", [[], ["--model", "m"]], ids=["discover", "model-given"])
+def test_unreachable_server_is_a_server_error_naming_the_url(tmp_path, model):
     url = f"http://127.0.0.1:{free_port()}"
     done = subprocess.run(
         [
             *SERVEFIT,
             "bench",
-            url,
-            "--model",
-            "m",
+            url + "/v1/",
+            *model,
             "--concurrency",
             "2",
             "--num-requests",
@@ -132,11 +133,10 @@ def test_unreachable_server_exits_1_with_a_clear_summary(tmp_path):
         text=True,
         timeout=60,
     )
-    assert done.returncode == 1
-    doc = json.loads(done.stdout)
-    assert doc["summary"]["errored"] == 4 and doc["summary"]["successful"] == 0
-    assert "Traceback" not in done.stderr
-    assert len(jsonl(tmp_path)) == 4
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"error (server): cannot reach {url} (")
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    assert not (tmp_path / "summary.json").exists()  # nothing was sent: no run to summarise
 
 
 def _start_null_server(*args: str) -> tuple[subprocess.Popen, str]:
@@ -278,7 +278,7 @@ def test_shared_prefix_and_goodput(instant_server, tmp_path):
             num_groups=2,
             output_len=4,
         ),
-        slo=Slo(ttft_s=5.0),
+        slo=Slo(ttft_ms=5000),
     )
     assert result.summary.successful == 10
     assert result.summary.goodput_per_s == pytest.approx(result.summary.request_throughput_per_s)
@@ -405,8 +405,8 @@ def test_sweep_and_slo_search_find_the_servers_capacity(tmp_path):
                 "bench",
                 url,
                 "--search-slo",
-                "--slo-ttft-s",
-                "0.035",
+                "--slo-ttft-ms",
+                "35",
                 "--slo-percentile",
                 "99",
                 "--num-requests",

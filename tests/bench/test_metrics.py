@@ -2,8 +2,9 @@
 
 import pytest
 
-from servefit.bench.metrics import Slo, percentile, summarize
+from servefit.bench.metrics import percentile, summarize
 from servefit.bench.records import Outcome, RequestRecord, TokenSource
+from servefit.core.metrics import Slo
 
 
 def record(
@@ -46,7 +47,7 @@ def test_formulas_hand_derived():
 def test_goodput_counts_requests_meeting_every_slo():
     fast = record(0, 0.0, [0.05, 0.06], 0.06, 2)
     slow = record(1, 0.0, [0.50, 0.51], 0.51, 2)
-    s = summarize([fast, slow], Slo(ttft_s=0.1))
+    s = summarize([fast, slow], Slo(ttft_ms=100))
     assert s.goodput_per_s == pytest.approx(1 / 0.51)
 
 

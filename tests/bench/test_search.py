@@ -1,8 +1,9 @@
 """Search decision logic (a fake server capacity stands in for real runs)."""
 
-from servefit.bench.metrics import Distribution, Slo, summarize
+from servefit.bench.metrics import Distribution, summarize
 from servefit.bench.records import RequestRecord
 from servefit.bench.search import search_max_concurrency, slo_met
+from servefit.core.metrics import Slo
 
 
 def test_doubles_then_bisects_to_the_boundary():
@@ -34,6 +35,6 @@ def test_slo_met_uses_the_percentile_and_failures():
         for i, t in enumerate([0.1] * 9 + [1.0])
     ]
     s = summarize(records)
-    assert slo_met(s, Slo(ttft_s=0.2), 50)
-    assert not slo_met(s, Slo(ttft_s=0.2), 99)
+    assert slo_met(s, Slo(ttft_ms=200), 50)
+    assert not slo_met(s, Slo(ttft_ms=200), 99)
     assert isinstance(s.ttft_s, Distribution)

@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any
 from servefit.app.deployment import Deployment, Hardware, default_workload, longest_request_tokens
 from servefit.app.plan import plan_deployment
 from servefit.core.plan import ServeSettings
+from servefit.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from servefit.bench.runner import BenchConfig
+    from servefit.bench.config import BenchConfig
 
 
 def bench_deployment(model: str, gpu_name: str, tp: int, cfg: BenchConfig) -> Deployment:
@@ -44,7 +45,10 @@ def bench_deployment(model: str, gpu_name: str, tp: int, cfg: BenchConfig) -> De
     )
 
 
-def predict_bench(model: str, gpu_name: str, tp: int, cfg: BenchConfig) -> dict[str, Any]:
+def predict_bench(model: str, gpu_name: str | None, tp: int, cfg: BenchConfig) -> dict[str, Any]:
+    """What ``servefit plan`` predicts for the benchmark's workload on the server's GPU."""
+    if gpu_name is None:
+        raise InvalidArgumentError("--plan-model needs --gpu (the server's GPU)")
     d = bench_deployment(model, gpu_name, tp, cfg)
     outcome = plan_deployment(d)
     plan, perf, v = outcome.capacity, outcome.performance, outcome.verdict

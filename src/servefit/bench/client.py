@@ -19,7 +19,10 @@ from typing import Any
 import aiohttp
 
 from servefit.bench.records import Outcome, RequestRecord, TokenSource
+from servefit.errors import ServerError
 
+# the first call, before any request: a server that does not answer this fast is not there
+PROBE_TIMEOUT = aiohttp.ClientTimeout(total=30)
 READ_BUFFER_BYTES = 4 * 2**20  # SSE lines of long outputs (and usage) fit comfortably
 ERROR_BODY_CHARS = 300
 
@@ -98,15 +101,28 @@ class OpenAIClient:
             raise RuntimeError("use OpenAIClient as an async context manager")
         return self._session
 
-    async def discover_model(self) -> str:
-        """The first model ``/v1/models`` lists."""
-        async with self.session.get(f"{self.base_urls[0]}/v1/models") as resp:
-            resp.raise_for_status()
-            body = await resp.json()
-        models = body.get("data") or []
-        if not models:
-            raise ValueError("the server lists no model at /v1/models")
-        return str(models[0]["id"])
+    async def connect(self) -> None:
+        """Check that every replica answers HTTP and, when no model was given, take the first
+        one ``/v1/models`` lists. A server that cannot be reached, or lists no model when
+        one is needed, is a :class:`ServerError` naming its URL (nothing was sent yet)."""
+        for index, base in enumerate(self.base_urls):
+            url = f"{base}/v1/models"
+            try:
+                async with self.session.get(url, timeout=PROBE_TIMEOUT) as resp:
+                    if index == 0 and self.model is None:
+                        self.model = await _first_model(resp, url)
+            except TimeoutError:
+                raise ServerError(
+                    f"{base} did not answer {url} within {PROBE_TIMEOUT.total:.0f} s"
+                ) from None
+            except aiohttp.ClientConnectorError as exc:
+                reason = exc.os_error.strerror if exc.os_error.strerror else str(exc.os_error)
+                raise ServerError(
+                    f"cannot reach {base} ({reason}): is the server running, and is this its "
+                    "address and port?"
+                ) from None
+            except aiohttp.ClientError as exc:
+                raise ServerError(f"{base}: {type(exc).__name__}: {exc}") from None
 
     async def tokenize_count(self, text: str) -> int | None:
         """Token count from the server's ``/tokenize`` (vLLM, SGLang), or None."""
@@ -272,6 +288,21 @@ class OpenAIClient:
                     saw_finish = True  # the final usage-only chunk
         record.done_s = clock()
         return saw_done or saw_finish
+
+
+async def _first_model(resp: aiohttp.ClientResponse, url: str) -> str:
+    if resp.status != 200:
+        raise ServerError(
+            f"{url} answered HTTP {resp.status}: is this an OpenAI-compatible server? "
+            "(with --model NAME servefit does not need the list)"
+        )
+    try:
+        body = await resp.json(content_type=None)
+        return str(body["data"][0]["id"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise ServerError(
+            f"{url} lists no model (expected {{'data': [{{'id': ...}}]}}): pass --model NAME"
+        ) from None
 
 
 class _MalformedStreamError(Exception):

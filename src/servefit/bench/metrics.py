@@ -1,4 +1,5 @@
-"""Metrics as formulas over the raw request timestamps (see ``docs/metrics.md``).
+"""Metrics as formulas over the raw request timestamps (see ``docs/metrics.md``), computed
+with the simulator's own formulas (:mod:`servefit.core.metrics`).
 
 Per request (successful requests with at least one token):
 
@@ -20,7 +21,8 @@ Run level (``duration_s`` = first ``sent`` to last ``done`` of measured requests
 - ``request_throughput_per_s = successful / duration_s``
 - ``output_throughput_tok_per_s = sum(completion_tokens) / duration_s``
 - ``total_token_throughput_tok_per_s = sum(prompt_tokens + completion_tokens) / duration_s``
-- ``goodput_per_s = successful requests meeting every SLO / duration_s``
+- ``goodput_per_s = successful requests meeting every SLO / duration_s`` (SLO limits in ms,
+  as ``vllm bench serve --goodput``)
 - ``achieved_concurrency = sum(e2e_s) / duration_s`` (Little's law)
 
 Percentiles interpolate linearly between order statistics (numpy's default); each metric
@@ -34,12 +36,17 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict
 
 from servefit.bench.records import Outcome, RequestRecord, TokenSource
+from servefit.core import metrics
+from servefit.core.metrics import Slo, Stat
 from servefit.core.stats import percentile
 
-PERCENTILES = (50, 90, 95, 99)
+__all__ = ["Distribution", "Slo", "Summary", "distribution", "percentile", "summarize"]
 
 
 class Distribution(BaseModel):
+    """A :class:`servefit.core.metrics.Stat` as the summary document writes it: how it was
+    aggregated, and null statistics for an empty sample."""
+
     model_config = ConfigDict(extra="forbid")
 
     aggregation: str  # "per_request" or "pooled"
@@ -52,13 +59,21 @@ class Distribution(BaseModel):
     p95: float | None = None
     p99: float | None = None
 
-
-class Slo(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    ttft_s: float | None = None
-    tpot_s: float | None = None
-    e2e_s: float | None = None
+    @classmethod
+    def of(cls, stat: Stat, aggregation: str) -> Distribution:
+        if not stat.count:
+            return cls(aggregation=aggregation, count=0)
+        return cls(
+            aggregation=aggregation,
+            count=stat.count,
+            mean=stat.mean,
+            min=stat.min,
+            max=stat.max,
+            p50=stat.p50,
+            p90=stat.p90,
+            p95=stat.p95,
+            p99=stat.p99,
+        )
 
 
 class Summary(BaseModel):
@@ -90,45 +105,17 @@ class Summary(BaseModel):
 
 
 def distribution(values: Sequence[float], aggregation: str) -> Distribution:
-    if not values:
-        return Distribution(aggregation=aggregation, count=0)
-    ordered = sorted(values)
-    return Distribution(
-        aggregation=aggregation,
-        count=len(ordered),
-        mean=sum(ordered) / len(ordered),
-        min=ordered[0],
-        max=ordered[-1],
-        **{f"p{q}": percentile(ordered, q) for q in PERCENTILES},
+    return Distribution.of(Stat.of(values), aggregation)
+
+
+def latencies(r: RequestRecord) -> metrics.RequestLatencies:
+    """TTFT, TPOT and E2E of one record, by the formulas the simulator uses."""
+    return metrics.request_latencies(
+        sent_s=r.sent_s,
+        first_token_s=r.first_token_s,
+        done_s=r.done_s,
+        output_tokens=r.completion_tokens,
     )
-
-
-def ttft_s(r: RequestRecord) -> float | None:
-    if r.sent_s is None or r.first_token_s is None:
-        return None
-    return r.first_token_s - r.sent_s
-
-
-def tpot_s(r: RequestRecord) -> float | None:
-    if (
-        r.first_token_s is None
-        or r.done_s is None
-        or not r.completion_tokens
-        or r.completion_tokens < 2
-    ):
-        return None
-    return (r.done_s - r.first_token_s) / (r.completion_tokens - 1)
-
-
-def e2e_s(r: RequestRecord) -> float | None:
-    if r.sent_s is None or r.done_s is None:
-        return None
-    return r.done_s - r.sent_s
-
-
-def meets(r: RequestRecord, slo: Slo) -> bool:
-    checks = ((slo.ttft_s, ttft_s(r)), (slo.tpot_s, tpot_s(r)), (slo.e2e_s, e2e_s(r)))
-    return all(limit is None or (value is not None and value <= limit) for limit, value in checks)
 
 
 CONVENTIONS = {
@@ -139,6 +126,8 @@ CONVENTIONS = {
     "itl_s": "vLLM bench 'ITL' = aiperf 'inter_chunk_latency': gaps between consecutive "
     "chunks, pooled",
     "decode_tok_per_s": "per request: (output tokens - 1) / (done - first chunk)",
+    "goodput_per_s": "vLLM bench 'request goodput': requests meeting every SLO "
+    "(ttft, tpot, e2el in ms) / duration; a one-token request meets any TPOT limit",
     "tokens": "output tokens from the server's usage.completion_tokens; when a server sends no "
     "usage, one token per text chunk (token_count_source says which)",
 }
@@ -150,33 +139,40 @@ def _token_source(sources: set[TokenSource]) -> str:
     return next(iter(sources)).value if sources else TokenSource.USAGE.value
 
 
-def summarize(records: Sequence[RequestRecord], slo: Slo | None = None) -> Summary:
-    measured = [r for r in records if not r.is_warmup]
-    ok = [r for r in measured if r.outcome is Outcome.OK]
-    starts = [r.sent_s for r in measured if r.sent_s is not None]
-    ends = [r.done_s for r in measured if r.done_s is not None]
-    duration = (max(ends) - min(starts)) if starts and ends else 0.0
-    per_s = 1 / duration if duration > 0 else 0.0
-    completion = sum(r.completion_tokens or 0 for r in ok)
-    prompt = sum(r.prompt_tokens or 0 for r in ok)
-    cached = [r.cached_tokens for r in ok if r.cached_tokens is not None]
-    sources = {r.token_source for r in ok}
-    e2es = [v for r in ok if (v := e2e_s(r)) is not None]
-    gaps = [b - a for r in ok for a, b in zip(r.chunk_s, r.chunk_s[1:], strict=False)]
-    decode = [
-        (r.completion_tokens - 1) / (r.done_s - r.first_token_s)
+def _decode_rates(ok: Sequence[RequestRecord]) -> list[float]:
+    rates = (
+        metrics.decode_tok_per_s(
+            first_token_s=r.first_token_s, done_s=r.done_s, output_tokens=r.completion_tokens
+        )
+        if r.first_token_s is not None and r.done_s is not None and r.completion_tokens
+        else None
         for r in ok
-        if r.completion_tokens
-        and r.completion_tokens > 1
-        and r.done_s
-        and r.first_token_s
-        and r.done_s > r.first_token_s
-    ]
+    )
+    return [v for v in rates if v is not None]
+
+
+def _errors(measured: Sequence[RequestRecord]) -> dict[str, int]:
     errors: dict[str, int] = {}
     for r in measured:
         if r.outcome is not Outcome.OK:
             key = (r.error or "unknown").split(":")[0][:80]
             errors[key] = errors.get(key, 0) + 1
+    return errors
+
+
+def summarize(records: Sequence[RequestRecord], slo: Slo | None = None) -> Summary:
+    measured = [r for r in records if not r.is_warmup]
+    ok = [r for r in measured if r.outcome is Outcome.OK]
+    duration = metrics.run_duration_s(
+        (r.sent_s for r in measured if r.sent_s is not None),
+        (r.done_s for r in measured if r.done_s is not None),
+    )
+    per_s = 1 / duration if duration > 0 else 0.0
+    completion = sum(r.completion_tokens or 0 for r in ok)
+    prompt = sum(r.prompt_tokens or 0 for r in ok)
+    cached = [r.cached_tokens for r in ok if r.cached_tokens is not None]
+    lat = [latencies(r) for r in ok]
+    e2es = [v.e2e_s for v in lat if v.e2e_s is not None]
     return Summary(
         successful=len(ok),
         errored=sum(r.outcome is Outcome.ERROR for r in measured),
@@ -186,26 +182,24 @@ def summarize(records: Sequence[RequestRecord], slo: Slo | None = None) -> Summa
         request_throughput_per_s=len(ok) * per_s,
         output_throughput_tok_per_s=completion * per_s,
         total_token_throughput_tok_per_s=(completion + prompt) * per_s,
-        goodput_per_s=(sum(meets(r, slo) for r in ok) * per_s) if slo else None,
+        goodput_per_s=metrics.goodput_per_s(slo, lat, duration) if slo else None,
         achieved_concurrency=sum(e2es) * per_s,
         prompt_tokens_total=prompt,
         completion_tokens_total=completion,
         cached_tokens_total=sum(cached) if cached else None,
-        token_count_source="mixed"
-        if len(sources) > 1
-        else (sources.pop().value if sources else TokenSource.USAGE.value),
-        ttft_s=distribution([v for r in ok if (v := ttft_s(r)) is not None], "per_request"),
+        token_count_source=_token_source({r.token_source for r in ok}),
+        ttft_s=distribution([v.ttft_s for v in lat if v.ttft_s is not None], "per_request"),
         ttft_from_scheduled_s=distribution(
             [r.first_token_s - r.scheduled_s for r in ok if r.first_token_s is not None],
             "per_request",
         ),
-        tpot_s=distribution([v for r in ok if (v := tpot_s(r)) is not None], "per_request"),
-        itl_s=distribution(gaps, "pooled"),
+        tpot_s=distribution([v.tpot_s for v in lat if v.tpot_s is not None], "per_request"),
+        itl_s=distribution([g for r in ok for g in metrics.itl_gaps_s(r.chunk_s)], "pooled"),
         e2e_s=distribution(e2es, "per_request"),
-        decode_tok_per_s=distribution(decode, "per_request"),
+        decode_tok_per_s=distribution(_decode_rates(ok), "per_request"),
         client_lag_s=distribution(
             [r.sent_s - r.scheduled_s for r in measured if r.sent_s is not None], "per_request"
         ),
         conventions=CONVENTIONS,
-        errors=errors,
+        errors=_errors(measured),
     )

@@ -23,12 +23,13 @@ from pydantic import BaseModel, ConfigDict
 from servefit import __version__
 from servefit.bench import server_metrics
 from servefit.bench.client import Clock, OpenAIClient, Request
-from servefit.bench.metrics import Slo, Summary, distribution, summarize
+from servefit.bench.config import BenchConfig, local_token_counter
+from servefit.bench.dispatch import run_flat
+from servefit.bench.metrics import Summary, distribution, latencies, summarize
 from servefit.bench.records import Outcome, RequestRecord
 from servefit.bench.schedules import Schedule
 from servefit.bench.workers import run_in_processes
-from servefit.bench.workloads import WorkloadConfig, build_requests, build_sessions
-from servefit.errors import InvalidArgumentError
+from servefit.bench.workloads import build_requests, build_sessions
 
 SUMMARY_SCHEMA_VERSION = 1
 
@@ -89,47 +90,6 @@ class ResultWriter:
             self._file.close()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BenchConfig:
-    base_urls: tuple[str, ...]
-    workload: WorkloadConfig
-    schedule: Schedule
-    model: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-    timeout_s: float = 600.0
-    warmup_requests: int = 0
-    duration_s: float | None = None
-    slo: Slo | None = None
-    session_affinity: bool = False
-    tokenizer_path: str | None = None  # count prompt tokens locally instead of /tokenize
-    workers: int = 1  # client processes (each its own event loop) for rates one core cannot drive
-
-
-def local_token_counter(path: str) -> Any:
-    """An async token counter over a local ``tokenizer.json`` (the ``tokenizers`` library),
-    counting special tokens as servers do in ``usage.prompt_tokens``."""
-    try:
-        from tokenizers import Tokenizer
-    except ImportError:
-        raise InvalidArgumentError(
-            "--tokenizer needs the 'tokenizers' package: pip install 'servefit[tokenizer]'"
-        ) from None
-    file = Path(path)
-    if file.is_dir():
-        file = file / "tokenizer.json"
-    try:
-        tokenizer = Tokenizer.from_file(str(file))
-    except Exception as exc:  # the library raises its own exception types
-        raise InvalidArgumentError(
-            f"--tokenizer {path}: cannot load a tokenizer.json ({exc})"
-        ) from None
-
-    async def count(text: str) -> int:
-        return len(tokenizer.encode(text).ids)
-
-    return count
-
-
 SAMPLE_INTERVAL_S = 1.0  # /metrics while the run goes on
 
 
@@ -174,79 +134,6 @@ async def _sample(
     finally:
         if handle is not None:
             handle.close()
-
-
-DISPATCH_LEAD_S = 0.005  # open loop: a request's task is created this long before it is due
-TIMER_SLACK_S = 0.002  # libuv/asyncio timers fire up to ~1 ms late: sleep short, then yield
-
-
-async def _sleep_until(due: float, clock: Clock) -> None:
-    """Wake at ``due`` within a fraction of a millisecond: a timer sleep to just before,
-    then cooperative yields (the loop keeps serving streams meanwhile)."""
-    delay = due - clock() - TIMER_SLACK_S
-    if delay > 0:
-        await asyncio.sleep(delay)
-    while clock() < due:
-        await asyncio.sleep(0)
-
-
-async def _run_flat(
-    client: OpenAIClient,
-    requests: list[Request],
-    schedule: Schedule,
-    clock: Clock,
-    sink: Callable[[RequestRecord], None],
-    deadline_s: float | None,
-    offsets: list[float] | None = None,
-    start_s: float | None = None,
-) -> None:
-    """Send ``requests`` as ``schedule`` says (``offsets``/``start_s``: arrival times already
-    drawn, when a worker process runs its share of an open-loop schedule)."""
-    if not schedule.is_open_loop and offsets is None:
-        pending = iter(requests)
-
-        async def worker() -> None:
-            for request in pending:
-                if deadline_s is not None and clock() >= deadline_s:
-                    return
-                await client.send(request, scheduled_s=clock(), clock=clock, on_done=sink)
-
-        await asyncio.gather(*(worker() for _ in range(schedule.concurrency or 1)))
-        return
-    cap = asyncio.Semaphore(schedule.concurrency) if schedule.concurrency else None
-    start = clock() if start_s is None else start_s
-    tasks = []
-
-    async def one(request: Request, scheduled: float) -> None:
-        await _sleep_until(scheduled, clock)  # the task exists already: no start-up delay
-        if cap is None:
-            await client.send(request, scheduled_s=scheduled, clock=clock, on_done=sink)
-            return
-        async with cap:  # waiting here shows up as client lag (scheduled vs sent)
-            await client.send(request, scheduled_s=scheduled, clock=clock, on_done=sink)
-
-    if offsets is None:
-        offsets = arrival_offsets(requests, schedule)
-    try:
-        for request, offset in zip(requests, offsets, strict=True):
-            due = start + offset
-            if deadline_s is not None and due >= deadline_s:
-                break
-            await _sleep_until(due - DISPATCH_LEAD_S, clock)  # create each task a little early
-            tasks.append(asyncio.create_task(one(request, due)))
-        await asyncio.gather(*tasks)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def arrival_offsets(requests: list[Request], schedule: Schedule) -> list[float]:
-    if schedule.is_replay:
-        if any(r.arrival_s is None for r in requests):
-            raise ValueError("trace replay needs a timestamp_s on every dataset line")
-        return [(r.arrival_s or 0.0) * schedule.time_scale for r in requests]
-    return schedule.arrival_offsets_s(len(requests))
 
 
 async def _run_agents(
@@ -354,11 +241,7 @@ def turn_stats(records: list[RequestRecord]) -> list[TurnStats]:
             by_turn.setdefault(r.turn, []).append(r)
     out = []
     for turn, rs in sorted(by_turn.items()):
-        ttfts = [
-            r.first_token_s - r.sent_s
-            for r in rs
-            if r.first_token_s is not None and r.sent_s is not None
-        ]
+        ttfts = [v for r in rs if (v := latencies(r).ttft_s) is not None]
         prompts = [r.prompt_tokens for r in rs if r.prompt_tokens is not None]
         cached = [r.cached_tokens for r in rs if r.cached_tokens is not None]
         d = distribution(ttfts, "per_request")
@@ -400,8 +283,7 @@ async def run_bench(
     )
     try:
         async with client:
-            if client.model is None:
-                client.model = await client.discover_model()
+            await client.connect()  # an unreachable server raises ServerError: nothing sent
             server["model"] = client.model
             before = await _scrape(client)
             if before.counters:
@@ -420,7 +302,7 @@ async def run_bench(
                     for i, r in enumerate(requests[: cfg.warmup_requests])
                 ]
                 if warm:
-                    await _run_flat(
+                    await run_flat(
                         client, warm, Schedule(concurrency=min(len(warm), 8)), clock, writer, None
                     )
                 deadline = clock() + cfg.duration_s if cfg.duration_s else None
@@ -429,7 +311,7 @@ async def run_bench(
                         cfg, client.model, api_key, requests, clock, writer, deadline
                     )
                 else:
-                    await _run_flat(client, requests, cfg.schedule, clock, writer, deadline)
+                    await run_flat(client, requests, cfg.schedule, clock, writer, deadline)
             if sampler is not None:
                 sampler.cancel()
             after = await _scrape(client)
@@ -474,9 +356,7 @@ def _fields(request: Request) -> dict[str, Any]:
 
 
 def _config_dict(cfg: BenchConfig) -> dict[str, Any]:
-    out = asdict(cfg)
-    out["slo"] = cfg.slo.model_dump() if cfg.slo else None
-    return json.loads(json.dumps(out, default=str))
+    return json.loads(json.dumps(asdict(cfg), default=str))  # the SLO in ms, as given
 
 
 def run(
@@ -518,4 +398,28 @@ def run_cache_comparison(
     )
     if out_dir is not None:
         (out_dir / "summary.json").write_text(result.model_dump_json(indent=2), encoding="utf-8")
+    return result
+
+
+def measure(
+    cfg: BenchConfig,
+    *,
+    api_key: str | None,
+    out_dir: Path | None,
+    is_cache_comparison: bool = False,
+    listener: Callable[[RequestRecord], None] | None = None,
+    prediction: dict[str, Any] | None = None,
+) -> BenchResult:
+    """One measured run (or the cold/warm pair of a cache comparison), with what ``plan``
+    predicted for it written into the same summary."""
+    if is_cache_comparison:
+        result = run_cache_comparison(cfg, api_key=api_key, out_dir=out_dir)
+    else:
+        result = run(cfg, api_key=api_key, out_dir=out_dir, listener=listener)
+    if prediction is not None:
+        result = result.model_copy(update={"prediction": prediction})
+        if out_dir is not None:
+            (out_dir / "summary.json").write_text(
+                result.model_dump_json(indent=2), encoding="utf-8"
+            )
     return result

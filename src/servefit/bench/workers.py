@@ -15,14 +15,13 @@ import os
 import queue
 import signal
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from servefit.bench.client import Clock, OpenAIClient, Request
+from servefit.bench.config import BenchConfig
+from servefit.bench.dispatch import arrival_offsets, run_flat
 from servefit.bench.records import RequestRecord
 from servefit.bench.schedules import Schedule
-
-if TYPE_CHECKING:
-    from servefit.bench.runner import BenchConfig
 
 DRAIN_TIMEOUT_S = 60.0  # after an interrupt, how long to wait for workers' last records
 START_TIMEOUT_S = 120.0  # workers import servefit and connect before the clock starts
@@ -53,8 +52,6 @@ def _worker(
     deadline_s: float | None,
     out: Any,
 ) -> None:  # pragma: no cover - runs in a child process (covered by the multi-process tests)
-    from servefit.bench.runner import _run_flat
-
     clock = Clock(origin)
 
     async def main() -> None:
@@ -73,7 +70,7 @@ def _worker(
                 rate_per_s=cfg.schedule.rate_per_s,
                 is_replay=cfg.schedule.is_replay,
             )
-            await _run_flat(
+            await run_flat(
                 client,
                 requests,
                 schedule,
@@ -107,8 +104,6 @@ async def run_in_processes(
     sink: Callable[[RequestRecord], None],
     deadline_s: float | None,
 ) -> None:
-    from servefit.bench.runner import arrival_offsets
-
     schedule = cfg.schedule
     n = cfg.workers
     open_loop = schedule.is_open_loop

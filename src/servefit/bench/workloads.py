@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servefit.bench.client import Request
-from servefit.errors import InvalidArgumentError
+from servefit.errors import DatasetError, InvalidArgumentError
 
 # Short, common words: most are one token in BPE vocabularies, so lengths land close to the
 # target even before /tokenize refines them.
@@ -317,7 +317,7 @@ def _from_jsonl(cfg: WorkloadConfig) -> list[Request]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
-        raise InvalidArgumentError(f"--dataset {path}: cannot be read ({exc.strerror})") from None
+        raise DatasetError(f"--dataset {path}: cannot be read ({exc.strerror})") from None
     requests: list[Request] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -325,16 +325,14 @@ def _from_jsonl(cfg: WorkloadConfig) -> list[Request]:
         try:
             item = json.loads(line)
         except json.JSONDecodeError:
-            raise InvalidArgumentError(f"--dataset {path}, line {number}: not JSON") from None
+            raise DatasetError(f"--dataset {path}, line {number}: not JSON") from None
         if not isinstance(item, dict) or not ("messages" in item or "prompt" in item):
-            raise InvalidArgumentError(
-                f"--dataset {path}, line {number}: needs 'prompt' or 'messages'"
-            )
+            raise DatasetError(f"--dataset {path}, line {number}: needs 'prompt' or 'messages'")
         try:
             max_tokens = int(item.get("max_tokens", cfg.output_len))
             arrival = float(item["timestamp_s"]) if "timestamp_s" in item else None
         except (TypeError, ValueError):
-            raise InvalidArgumentError(
+            raise DatasetError(
                 f"--dataset {path}, line {number}: max_tokens and timestamp_s must be numbers"
             ) from None
         if "messages" in item:
@@ -358,7 +356,7 @@ def _from_jsonl(cfg: WorkloadConfig) -> list[Request]:
         if len(requests) >= cfg.num_requests:
             break
     if not requests:
-        raise InvalidArgumentError(f"--dataset {path} holds no request")
+        raise DatasetError(f"--dataset {path} holds no request")
     return requests
 
 

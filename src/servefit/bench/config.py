@@ -1,0 +1,297 @@
+"""What one benchmark is, and the command line's spellings turned into it.
+
+- *Base URLs*: ``http://host:8000``, ``http://host:8000/v1`` and ``http://host:8000/v1/``
+  name the same server; the client appends ``/v1/...`` (and ``/metrics``, ``/tokenize``,
+  which vLLM serves at the root). A URL without ``http://`` or ``https://`` is refused with
+  the spelling to use.
+- *SLO limits* in milliseconds, as ``vllm bench serve`` takes them:
+  ``--slo-ttft-ms 500 --slo-tpot-ms 50 --slo-e2el-ms 9000``, or vLLM's own
+  ``--goodput "ttft:500 tpot:50 e2el:9000"`` (keys ``ttft``, ``tpot``, ``e2el``; values in
+  ms, non-negative; source: ``vllm/benchmarks/serve.py``, ``parse_goodput`` and
+  ``check_goodput_args``).
+- *Load levels*: ``--concurrency 4`` or a sweep ``--concurrency 1,4,16`` (likewise
+  ``--request-rate``), or ``--search-slo`` for the highest concurrency meeting the SLOs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from servefit.bench.schedules import Schedule
+from servefit.bench.workloads import WorkloadConfig
+from servefit.core.metrics import Slo
+from servefit.errors import InvalidArgumentError
+
+GOODPUT_KEYS = ("ttft", "tpot", "e2el")  # vLLM's names; the values are milliseconds
+_T = TypeVar("_T", int, float)
+
+
+def base_url(url: str) -> str:
+    """The server's root URL: scheme and host kept, a trailing ``/v1`` and slashes dropped."""
+    text = url.strip()
+    if "://" not in text:
+        raise InvalidArgumentError(
+            f"server URL {url!r} has no scheme: write it as http://{text.rstrip('/')} "
+            "(or https://...)"
+        )
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https"):
+        raise InvalidArgumentError(
+            f"server URL {url!r}: servefit bench speaks HTTP; write it as "
+            f"http://host:port (or https://host:port), not {parts.scheme}://"
+        )
+    try:
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        port_ok = False
+    if not parts.hostname or not port_ok or parts.query or parts.fragment:
+        raise InvalidArgumentError(
+            f"server URL {url!r} is not a base URL: write it as http://host:port "
+            "(optionally ending in /v1)"
+        )
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[: -len("/v1")].rstrip("/")
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BenchConfig:
+    base_urls: tuple[str, ...]  # server roots (normalised by base_url: no /v1, no slash)
+    workload: WorkloadConfig
+    schedule: Schedule
+    model: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_s: float = 600.0
+    warmup_requests: int = 0
+    duration_s: float | None = None
+    slo: Slo | None = None
+    session_affinity: bool = False
+    tokenizer_path: str | None = None  # count prompt tokens locally instead of /tokenize
+    workers: int = 1  # client processes (each its own event loop) for rates one core cannot drive
+
+    def __post_init__(self) -> None:
+        if not self.base_urls:
+            raise InvalidArgumentError("give the server's base URL (http://host:port)")
+        # frozen: the normalised URLs replace the given spellings once, here
+        object.__setattr__(self, "base_urls", tuple(base_url(u) for u in self.base_urls))
+        for name, value in (("--warmup", self.warmup_requests), ("--timeout-s", self.timeout_s)):
+            if value < 0:
+                raise InvalidArgumentError(f"{name} must not be negative")
+        if self.workers > 1 and self.workload.kind == "agent":
+            raise InvalidArgumentError(
+                "--workers applies to flat workloads; agent sessions run in one process"
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadLevels:
+    """The levels to measure: one run, a sweep, or the search for the SLOs' limit."""
+
+    concurrencies: tuple[int, ...] = ()
+    rates: tuple[float, ...] = ()
+    is_search: bool = False
+    slo_percentile: int = 90  # the percentile the SLO limits apply to (search)
+
+    def __post_init__(self) -> None:
+        if any(c < 1 for c in self.concurrencies):
+            raise InvalidArgumentError("--concurrency must be at least 1")
+        if any(r <= 0 for r in self.rates):
+            raise InvalidArgumentError("--request-rate must be positive")
+
+    @property
+    def is_sweep(self) -> bool:
+        return self.is_search or len(self.concurrencies) > 1 or len(self.rates) > 1
+
+
+def parse_levels(flag: str, text: str | None, kind: Callable[[str], _T]) -> tuple[_T, ...]:
+    """``"4"`` -> (4,); ``"1,4,16"`` -> (1, 4, 16) (a sweep)."""
+    if text is None:
+        return ()
+    try:
+        values = tuple(kind(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise InvalidArgumentError(
+            f"{flag} takes a number or a comma-separated list, got {text!r}"
+        ) from None
+    if not values:
+        raise InvalidArgumentError(f"{flag} is empty")
+    return values
+
+
+def parse_goodput(texts: Sequence[str]) -> dict[str, float]:
+    """vLLM's ``--goodput`` ``KEY:VALUE`` pairs (ms), space-separated in one or more values."""
+    limits: dict[str, float] = {}
+    for pair in (p for text in texts for p in text.split()):
+        name, sep, value = pair.partition(":")
+        try:
+            ms = float(value) if sep and ":" not in value else None
+        except ValueError:
+            ms = None
+        if ms is None:
+            raise InvalidArgumentError(
+                f"--goodput {pair!r}: write KEY:VALUE pairs, the value in milliseconds, "
+                'e.g. --goodput "ttft:500 tpot:50"'
+            )
+        if name not in GOODPUT_KEYS:
+            raise InvalidArgumentError(
+                f"--goodput {pair!r}: the key must be one of {', '.join(GOODPUT_KEYS)}"
+            )
+        if ms < 0:
+            raise InvalidArgumentError(f"--goodput {pair!r}: the limit must be non-negative")
+        limits[name] = ms
+    return limits
+
+
+def slo_from_flags(
+    *,
+    ttft_ms: float | None = None,
+    tpot_ms: float | None = None,
+    e2el_ms: float | None = None,
+    goodput: Sequence[str] = (),
+) -> Slo | None:
+    """The SLO of ``--slo-*-ms`` and ``--goodput`` together (each limit given once)."""
+    limits = parse_goodput(goodput)
+    for name, value in (("ttft", ttft_ms), ("tpot", tpot_ms), ("e2el", e2el_ms)):
+        if value is None:
+            continue
+        if name in limits and limits[name] != value:
+            raise InvalidArgumentError(
+                f"--slo-{name}-ms {value:g} and --goodput {name}:{limits[name]:g} disagree: "
+                "give each limit once"
+            )
+        limits[name] = value
+    if not limits:
+        return None
+    return Slo(ttft_ms=limits.get("ttft"), tpot_ms=limits.get("tpot"), e2el_ms=limits.get("e2el"))
+
+
+def local_token_counter(path: str) -> Any:
+    """An async token counter over a local ``tokenizer.json`` (the ``tokenizers`` library),
+    counting special tokens as servers do in ``usage.prompt_tokens``."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise InvalidArgumentError(
+            "--tokenizer needs the 'tokenizers' package: pip install 'servefit[tokenizer]'"
+        ) from None
+    file = Path(path)
+    if file.is_dir():
+        file = file / "tokenizer.json"
+    try:
+        tokenizer = Tokenizer.from_file(str(file))
+    except Exception as exc:  # the library raises its own exception types
+        raise InvalidArgumentError(
+            f"--tokenizer {path}: cannot load a tokenizer.json ({exc})"
+        ) from None
+
+    async def count(text: str) -> int:
+        return len(tokenizer.encode(text).ids)
+
+    return count
+
+
+def bench_setup(
+    *,
+    url: str,
+    replicas: Sequence[str] = (),
+    session_affinity: bool = False,
+    model_name: str | None = None,
+    endpoint: str = "completions",
+    api_key_env: str = "OPENAI_API_KEY",
+    workload: str = "random",
+    input_len: int = 256,
+    output_len: int = 128,
+    num_requests: int = 100,
+    concurrency: str | None = None,
+    request_rate: str | None = None,
+    search_slo: bool = False,
+    slo_percentile: int = 90,
+    burstiness: float = 1.0,
+    prefix_len: int = 0,
+    num_groups: int = 1,
+    turns: int = 4,
+    system_prompt_len: int = 512,
+    message_len: int = 64,
+    think_time_s: float = 0.0,
+    prefix_cache_compare: bool = False,
+    dataset: str | None = None,
+    replay: bool = False,
+    time_scale: float = 1.0,
+    ignore_eos: bool = True,
+    tokenizer_path: str | None = None,
+    workers: int = 1,
+    seed: int = 0,
+    warmup: int = 0,
+    duration_s: float | None = None,
+    timeout_s: float = 600.0,
+    slo_ttft_ms: float | None = None,
+    slo_tpot_ms: float | None = None,
+    slo_e2el_ms: float | None = None,
+    goodput: Sequence[str] = (),
+) -> tuple[BenchConfig, LoadLevels]:
+    """``servefit bench``'s flags as a run's configuration and its load levels; every
+    inconsistency is an :class:`InvalidArgumentError` naming the flag."""
+    levels = LoadLevels(
+        concurrencies=parse_levels("--concurrency", concurrency, int),
+        rates=parse_levels("--request-rate", request_rate, float),
+        is_search=search_slo,
+        slo_percentile=slo_percentile,
+    )
+    slo = slo_from_flags(
+        ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms, e2el_ms=slo_e2el_ms, goodput=goodput
+    )
+    if search_slo and slo is None:
+        raise InvalidArgumentError(
+            "--search-slo needs a limit: --slo-ttft-ms, --slo-tpot-ms, --slo-e2el-ms or "
+            '--goodput "ttft:MS tpot:MS e2el:MS"'
+        )
+    if prefix_cache_compare and workload != "agent":
+        raise InvalidArgumentError("--prefix-cache-compare needs --workload agent")
+    if replay and workload != "jsonl":
+        raise InvalidArgumentError("--replay needs --workload jsonl with timestamp_s on every line")
+    cfg = BenchConfig(
+        base_urls=(url, *replicas),
+        workload=WorkloadConfig(
+            kind=workload,
+            num_requests=num_requests,
+            input_len=input_len,
+            output_len=output_len,
+            endpoint="chat" if workload == "agent" else endpoint,
+            ignore_eos=ignore_eos,
+            seed=seed,
+            prefix_len=prefix_len,
+            num_groups=num_groups,
+            turns=turns,
+            system_prompt_len=system_prompt_len,
+            message_len=message_len,
+            think_time_s=think_time_s,
+            path=dataset,
+        ),
+        schedule=Schedule(
+            concurrency=levels.concurrencies[0]
+            if levels.concurrencies
+            else (1 if search_slo else None),
+            is_replay=replay,
+            time_scale=time_scale,
+            rate_per_s=levels.rates[0] if levels.rates and not search_slo else None,
+            burstiness=burstiness,
+            seed=seed,
+        ),
+        model=model_name,
+        api_key_env=api_key_env,
+        timeout_s=timeout_s,
+        warmup_requests=warmup,
+        duration_s=duration_s,
+        slo=slo,
+        session_affinity=session_affinity,
+        tokenizer_path=tokenizer_path,
+        workers=workers,
+    )
+    if tokenizer_path:
+        local_token_counter(tokenizer_path)  # fail now, not mid-run
+    return cfg, levels
