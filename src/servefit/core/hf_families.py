@@ -1,0 +1,253 @@
+"""Per-family parsers of Hugging Face configs: attention-only decoders.
+
+Dense (Llama, Mistral, Qwen2/3, Phi, Granite, OLMo ...), sliding-window (Gemma 2/3),
+Mixture-of-Experts (Qwen MoE, Mixtral, gpt-oss, GLM-4.5+), MLA (DeepSeek-V2/V3, Kimi-K2) and
+chunked local attention (Llama 4). Each parser *understands* its family's fields and reads
+them through :class:`~servefit.core.hf_fields.Fields`, so unconsumed structural fields can be
+refused. Hybrids with linear attention or Mamba are in :mod:`servefit.core.hf_hybrid`.
+"""
+
+from __future__ import annotations
+
+from servefit.core.hf_fields import (
+    Fields,
+    attention_spec,
+    build_spec,
+    dense_mlp_spec,
+    layer_types_of,
+    window_of,
+)
+from servefit.core.model_spec import (
+    DenseMlpSpec,
+    LayerSpec,
+    MlaSpec,
+    Mlp,
+    ModelSpec,
+    MoeSpec,
+)
+
+# HF's default for the Gemma 3 local:global interleave when a config omits it.
+GEMMA3_DEFAULT_SLIDING_PATTERN = 6  # transformers Gemma3TextConfig.sliding_window_pattern
+
+
+def parse_standard(f: Fields, name: str) -> ModelSpec:
+    """Llama, Mistral, Qwen2/3, Phi-3/4, Granite, OLMo ...: one attention + one dense MLP."""
+    model_type = str(f.get("model_type"))
+    n = f.int("num_hidden_layers")
+    window: int | None = None
+    if model_type in ("qwen2", "qwen3", "qwen3_vl_text"):
+        use_window = bool(f.get("use_sliding_window", default=False))
+        max_window_layers = f.int("max_window_layers", default=n)
+        base_window = window_of(f) if use_window else None
+    else:
+        window = window_of(f)
+        base_window, max_window_layers = window, 0
+    types = layer_types_of(f, n)
+    flags = {
+        "has_qkv_bias": bool(f.get("attention_bias", default=model_type == "qwen2")),
+        "has_qk_norm": model_type in ("qwen3", "qwen3_vl_text"),
+    }
+    if model_type == "qwen2":
+        flags["has_qkv_bias"] = True  # Qwen2 always has q/k/v biases (no config field)
+    layers = []
+    for i in range(n):
+        w = base_window if i >= max_window_layers else None
+        if types is not None:
+            w = window_of(f) if types[i] == "sliding_attention" else None
+        attn = attention_spec(f, window=w, **flags)
+        layers.append(LayerSpec(mixer=attn, mlp=dense_mlp_spec(f)))
+    return build_spec(f, name=name, layers=layers, tie_default=False)
+
+
+def parse_gemma(f: Fields, name: str) -> ModelSpec:
+    """Gemma 1/2/3: tied embeddings; Gemma 2 alternates local/global, Gemma 3 is 5:1."""
+    model_type = str(f.get("model_type"))
+    n = f.int("num_hidden_layers")
+    types = layer_types_of(f, n)
+    window = window_of(f)
+    layers = []
+    for i in range(n):
+        if model_type == "gemma":
+            w = None
+        elif types is not None:
+            w = window if types[i] == "sliding_attention" else None
+        elif model_type == "gemma2":
+            w = window if i % 2 == 0 else None  # even layers are local (transformers Gemma2)
+        else:
+            pattern = f.int("sliding_window_pattern", default=GEMMA3_DEFAULT_SLIDING_PATTERN)
+            w = None if (i + 1) % pattern == 0 else window
+        attn = attention_spec(f, window=w, has_qk_norm=model_type.startswith("gemma3"))
+        layers.append(
+            LayerSpec(
+                mixer=attn, mlp=dense_mlp_spec(f), num_norms=2 if model_type == "gemma" else 4
+            )
+        )
+    # Gemma 3's local layers use their own RoPE base: a second cache
+    two = model_type.startswith("gemma3") and any(
+        layer.mixer.sliding_window_tokens for layer in layers
+    )
+    return build_spec(f, name=name, layers=layers, tie_default=True, rope_caches=2 if two else 1)
+
+
+def moe_from_qwen(f: Fields, *, shared_gate: bool) -> MoeSpec:
+    return MoeSpec(
+        # transformers 5 save_pretrained writes Qwen MoE's expert count as num_local_experts
+        num_experts=f.int("num_experts", "num_local_experts"),
+        num_experts_per_token=f.int("num_experts_per_tok"),
+        expert_intermediate_size=f.int("moe_intermediate_size"),
+        shared_intermediate_size=f.int("shared_expert_intermediate_size", default=0),
+        has_shared_gate=shared_gate and bool(f.get("shared_expert_intermediate_size")),
+    )
+
+
+def qwen_is_sparse(f: Fields, i: int) -> bool:
+    mlp_only = set(f.get("mlp_only_layers", default=[]) or [])
+    step = f.int("decoder_sparse_step", default=1)
+    experts = f.int("num_experts", "num_local_experts", default=0)
+    return i not in mlp_only and experts > 0 and (i + 1) % step == 0
+
+
+def parse_qwen_moe(f: Fields, name: str) -> ModelSpec:
+    """Qwen2-MoE / Qwen3-MoE: sparse layers chosen by decoder_sparse_step and mlp_only_layers."""
+    model_type = str(f.get("model_type"))
+    n = f.int("num_hidden_layers")
+    is_qwen2 = model_type == "qwen2_moe"
+    window = window_of(f) if f.get("use_sliding_window", default=False) else None
+    layers = []
+    for i in range(n):
+        attn = attention_spec(f, window=window, has_qkv_bias=is_qwen2, has_qk_norm=not is_qwen2)
+        mlp: Mlp = moe_from_qwen(f, shared_gate=True) if qwen_is_sparse(f, i) else dense_mlp_spec(f)
+        layers.append(LayerSpec(mixer=attn, mlp=mlp))
+    f.get("max_window_layers")
+    return build_spec(f, name=name, layers=layers)
+
+
+def parse_mixtral(f: Fields, name: str) -> ModelSpec:
+    n = f.int("num_hidden_layers")
+    moe = MoeSpec(
+        num_experts=f.int("num_local_experts"),
+        num_experts_per_token=f.int("num_experts_per_tok"),
+        expert_intermediate_size=f.int("intermediate_size"),
+    )
+    window = window_of(f)
+    layers = [LayerSpec(mixer=attention_spec(f, window=window), mlp=moe) for _ in range(n)]
+    return build_spec(f, name=name, layers=layers, naming="mixtral")
+
+
+def parse_gpt_oss(f: Fields, name: str) -> ModelSpec:
+    n = f.int("num_hidden_layers")
+    types = layer_types_of(f, n) or ["full_attention"] * n
+    window = window_of(f)
+    moe = MoeSpec(
+        num_experts=f.int("num_local_experts"),
+        num_experts_per_token=f.int("num_experts_per_tok", "experts_per_token"),
+        expert_intermediate_size=f.int("intermediate_size"),
+        has_expert_bias=True,
+        has_router_bias=True,
+    )
+    f.get("experts_per_token")
+    layers = []
+    for t in types:
+        attn = attention_spec(
+            f,
+            window=window if t == "sliding_attention" else None,
+            has_qkv_bias=bool(f.get("attention_bias", default=True)),
+            has_o_bias=bool(f.get("attention_bias", default=True)),
+            has_sinks=True,
+        )
+        layers.append(LayerSpec(mixer=attn, mlp=moe))
+    return build_spec(f, name=name, layers=layers, naming="gpt_oss")
+
+
+def _mla(f: Fields) -> MlaSpec:
+    return MlaSpec(
+        num_heads=f.int("num_attention_heads"),
+        q_lora_rank=f.optional_int("q_lora_rank"),
+        kv_lora_rank=f.int("kv_lora_rank"),
+        qk_nope_head_dim=f.int("qk_nope_head_dim"),
+        qk_rope_head_dim=f.int("qk_rope_head_dim"),
+        v_head_dim=f.int("v_head_dim"),
+    )
+
+
+def _deepseek_style_moe(f: Fields, *, default_noaux: bool = False) -> MoeSpec | None:
+    num_routed = f.int("n_routed_experts", default=0)
+    if not num_routed:
+        return None
+    moe_size = f.int("moe_intermediate_size")
+    topk_method = str(f.get("topk_method", default="noaux_tc" if default_noaux else ""))
+    return MoeSpec(
+        num_experts=num_routed,
+        num_experts_per_token=f.int("num_experts_per_tok"),
+        expert_intermediate_size=moe_size,
+        shared_intermediate_size=moe_size * f.int("n_shared_experts", default=0),
+        has_score_correction_bias=topk_method == "noaux_tc",
+    )
+
+
+def _deepseek_style_is_moe(f: Fields, i: int) -> bool:
+    first_dense = f.int("first_k_dense_replace", default=0)
+    freq = f.int("moe_layer_freq", default=1)
+    return i >= first_dense and i % freq == 0
+
+
+def parse_deepseek(f: Fields, name: str) -> ModelSpec:
+    """DeepSeek-V2/V3/R1, Kimi-K2, GLM-4.7-Flash: MLA everywhere, MoE after the first
+    dense layers."""
+    n = f.int("num_hidden_layers")
+    f.get("num_key_value_heads", "head_dim")  # MLA: KV is the latent, not these fields
+    moe = _deepseek_style_moe(f, default_noaux=str(f.get("model_type")) == "glm4_moe_lite")
+
+    def layer(i: int) -> LayerSpec:
+        mlp: Mlp = moe if moe and _deepseek_style_is_moe(f, i) else dense_mlp_spec(f)
+        return LayerSpec(mixer=_mla(f), mlp=mlp)
+
+    layers = [layer(i) for i in range(n)]
+    mtp = [layer(n + k) for k in range(f.int("num_nextn_predict_layers", default=0))]
+    return build_spec(f, name=name, layers=layers, naming="deepseek", mtp=mtp)
+
+
+def parse_glm4_moe(f: Fields, name: str) -> ModelSpec:
+    """GLM-4.5/4.6/4.7: GQA attention with q/k/v bias, DeepSeek-style MoE, MTP layers."""
+    n = f.int("num_hidden_layers")
+    moe = _deepseek_style_moe(f, default_noaux=True)
+    f.get("partial_rotary_factor")
+
+    def layer(i: int) -> LayerSpec:
+        attn = attention_spec(
+            f,
+            has_qkv_bias=bool(f.get("attention_bias", default=True)),
+            has_qk_norm=bool(f.get("use_qk_norm", default=False)),
+        )
+        mlp: Mlp = moe if moe and _deepseek_style_is_moe(f, i) else dense_mlp_spec(f)
+        return LayerSpec(mixer=attn, mlp=mlp)
+
+    layers = [layer(i) for i in range(n)]
+    mtp = [layer(n + k) for k in range(f.int("num_nextn_predict_layers", default=0))]
+    return build_spec(f, name=name, layers=layers, naming="deepseek", mtp=mtp)
+
+
+LLAMA4_NOPE_INTERVAL = 4  # transformers Llama4TextConfig: every 4th layer is global (no RoPE)
+
+
+def parse_llama4(f: Fields, name: str) -> ModelSpec:
+    """Llama 4 (Scout, Maverick): chunked local attention on 3 of 4 layers, MoE with one
+    routed expert per token plus a shared expert, interleaved with dense layers."""
+    n = f.int("num_hidden_layers")
+    chunk = f.optional_int("attention_chunk_size")
+    step = f.int("interleave_moe_layer_step", default=1)
+    moe = MoeSpec(
+        num_experts=f.int("num_local_experts"),
+        num_experts_per_token=f.int("num_experts_per_tok"),
+        expert_intermediate_size=f.int("intermediate_size"),
+        shared_intermediate_size=f.int("intermediate_size"),
+    )
+    dense = DenseMlpSpec(intermediate_size=f.int("intermediate_size_mlp", "intermediate_size"))
+    f.get("use_qk_norm")  # Llama 4's QK norm is a weightless L2 norm
+    layers = []
+    for i in range(n):
+        is_global = (i + 1) % LLAMA4_NOPE_INTERVAL == 0
+        attn = attention_spec(f, attention_chunk_tokens=None if is_global else chunk)
+        mlp: Mlp = moe if (i + 1) % step == 0 else dense
+        layers.append(LayerSpec(mixer=attn, mlp=mlp))
+    return build_spec(f, name=name, layers=layers, naming="llama4")
