@@ -382,29 +382,23 @@ def scaling_section(s: ScalingOutcome) -> ScalingSection:
 
 def comparison_document(c: Comparison, workload: str) -> CompareDocument:
     """One row per (model, GPU) cell, as ``plan`` judges it."""
-    from servefit.core.weights import count_params
-
     rows = []
     for cell in c.cells:
         o = cell.outcome
-        gpu = o.resolved.gpu if o is not None else None
+        gpu = cell.gpu_spec
         n = o.capacity.settings.num_gpus if o is not None else 1
         rows.append(
             CompareRow(
                 model=cell.model,
                 gpu=cell.gpu,
                 num_gpus=n,
-                memory_bytes=gpu.memory_bytes * n if gpu else 0,
-                memory_bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s * n if gpu else 0.0,
-                peak_16bit_flops_per_s=(gpu.bf16_flops_per_s or gpu.fp16_flops_per_s or None)
-                if gpu
-                else None,
-                interconnect_bandwidth_bytes_per_s=gpu.interconnect_bandwidth_bytes_per_s
-                if gpu
-                else None,
+                memory_bytes=gpu.memory_bytes * n,
+                memory_bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s * n,
+                peak_16bit_flops_per_s=gpu.bf16_flops_per_s or gpu.fp16_flops_per_s or None,
+                interconnect_bandwidth_bytes_per_s=gpu.interconnect_bandwidth_bytes_per_s,
                 fits=cell.fits,
                 problem=cell.problem,
-                active_params=count_params(o.capacity.model).active if o is not None else 0,
+                active_params=cell.active_params,
                 performance=performance_section(o.performance)
                 if o is not None and o.performance is not None and cell.fits
                 else None,

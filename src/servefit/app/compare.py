@@ -12,7 +12,9 @@ from servefit.adapters.model_source import load_model
 from servefit.app.deployment import Deployment
 from servefit.app.plan import PlanOutcome, plan_deployment
 from servefit.app.resolve import resolve
+from servefit.core.hardware import GpuSpec
 from servefit.core.perf import PerformancePlan
+from servefit.core.weights import count_params
 from servefit.errors import InvalidArgumentError
 
 
@@ -20,6 +22,8 @@ from servefit.errors import InvalidArgumentError
 class CompareCell:
     model: str
     gpu: str
+    gpu_spec: GpuSpec  # the four numbers of the machine, even when the pairing is refused
+    active_params: int  # parameters one token reads (the model's, whatever the machine)
     outcome: PlanOutcome | None  # None when this pairing cannot even be planned
     problem: str  # why it does not fit (the verdict's first reason), or ""
 
@@ -48,23 +52,34 @@ def compare_deployments(
     cells = []
     for model in models:
         loaded = load_model(model, revision=d.revision, allow_hub=d.allow_hub)
+        active = count_params(loaded.spec).active
         for name in gpu_names:
             cell_d = replace(d, model=model, hardware=replace(d.hardware, gpu=name))
-            gpu_name = gpu_catalog().get(name).name  # an unknown GPU is an input error
+            gpu_spec = gpu_catalog().get(name)  # an unknown GPU is an input error
             try:  # the engine may refuse the pairing (a checkpoint format, a TP size)
                 resolved = resolve(cell_d, loaded=loaded)
                 outcome = plan_deployment(cell_d, resolved=resolved)
             except InvalidArgumentError as error:
                 cells.append(
                     CompareCell(
-                        model=loaded.spec.name, gpu=gpu_name, outcome=None, problem=str(error)
+                        model=loaded.spec.name,
+                        gpu=gpu_spec.name,
+                        gpu_spec=gpu_spec,
+                        active_params=active,
+                        outcome=None,
+                        problem=str(error),
                     )
                 )
                 continue
             problem = "" if outcome.fits else (outcome.verdict.reasons or ("does not fit",))[0]
             cells.append(
                 CompareCell(
-                    model=loaded.spec.name, gpu=resolved.gpu.name, outcome=outcome, problem=problem
+                    model=loaded.spec.name,
+                    gpu=resolved.gpu.name,
+                    gpu_spec=resolved.gpu,
+                    active_params=active,
+                    outcome=outcome,
+                    problem=problem,
                 )
             )
     return Comparison(cells=tuple(cells), explanation=tuple(explain_decode(cells)))
