@@ -269,3 +269,16 @@ def test_turns_change_the_cost_of_a_session():
     assert per_session[0] < per_session[1] < per_session[2]
     # a task is a session by default
     assert sessions[20]["usd_per_successful_task"] == pytest.approx(per_session[2])
+
+
+def test_preflight_reads_a_vllm_line_offline_where_the_engine_is_not_importable():
+    """Where vLLM is importable the engine's own parser reads the line (held to the offline
+    reader by tests/integration/test_vllm_args_vs_engine.py); servefit's own interpreter
+    has no vLLM, so the offline reader answers, with vLLM's spellings."""
+    from servefit.cli.preflight import read_vllm_command
+
+    line = ["vllm", "serve", QWEN, "--max-model-len", "32k", "--max-num-batched-tokens", "8K"]
+    parsed = read_vllm_command(line, sys.executable)
+    assert parsed.model == QWEN
+    assert parsed.settings["max_model_len"] == 32_000
+    assert parsed.settings["max_num_batched_tokens"] == 8 * 1024

@@ -76,12 +76,11 @@ def _preflight(
     flags: dict[str, Any],
 ) -> tuple[int, list[str]]:
     from servefit.preflight import gate
-    from servefit.preflight.vllm_args import parse_vllm_command
 
     offline = flags.pop("offline", False)
     flags.pop("revision", None)
     if from_vllm_args:
-        parsed = parse_vllm_command(args)
+        parsed = read_vllm_command(args, python or gate.default_python(args))
         model, command = parsed.model, args
         flags = {**flags, **parsed.settings}
         if "kv_cache_memory_bytes" in flags:
@@ -136,3 +135,13 @@ def _preflight(
             result.checks, passed=result.passed, command=command, console=Console(stderr=False)
         )
     return (EXIT_OK if result.passed else EXIT_DOES_NOT_FIT), command
+
+
+def read_vllm_command(args: list[str], python: str) -> Any:
+    """The vLLM line as the engine that will run it reads it (its own argument parser, in
+    its interpreter), or, where vLLM is not importable there, as servefit's offline reader
+    does; the integration tests hold the two to the same answers."""
+    from servefit.preflight.engine_args import parse_with_engine
+    from servefit.preflight.vllm_args import parse_vllm_command
+
+    return parse_with_engine(args, python) or parse_vllm_command(args)
