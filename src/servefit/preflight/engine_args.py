@@ -28,8 +28,9 @@ from servefit.preflight.vllm_args import (
     split_vllm_command,
 )
 
-# Importing vLLM's argument parser takes 15-25 s on a loaded 2-core CPU machine (vLLM 0.32,
-# measured); the limit leaves room for a slower disk.
+# One parse costs one import of vLLM's argument parser: 18-43 s measured on a busy 2-core
+# CPU machine (vLLM 0.32; `import vllm` alone 13 s there); the limit leaves room for a
+# slower disk.
 ENGINE_PARSE_TIMEOUT_S = 120.0
 _MARK = "SERVEFIT-ENGINE-ARGS "
 # No network, no telemetry, little logging: the script only parses.
