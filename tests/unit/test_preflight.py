@@ -120,7 +120,7 @@ def test_no_driver_skips_gpu_links():
                 "--port",
                 "8000",
                 "--kv-cache-memory",
-                "10GiB",
+                "10G",  # vLLM's spelling of 10 GiB (it refuses "10GiB")
             ],
             "m/x",
             {

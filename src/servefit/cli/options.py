@@ -44,8 +44,8 @@ HARDWARE_OPTIONS = [
 ]
 
 SERVE_OPTIONS = [
-    click.option("--tensor-parallel-size", "-tp", type=HUMAN_INT, default=1, show_default=True),
-    click.option("--pipeline-parallel-size", "-pp", type=HUMAN_INT, default=1, show_default=True),
+    click.option("--tensor-parallel-size", "-tp", type=int, default=1, show_default=True),
+    click.option("--pipeline-parallel-size", "-pp", type=int, default=1, show_default=True),
     click.option(
         "--max-model-len",
         type=HUMAN_INT,
@@ -53,7 +53,7 @@ SERVE_OPTIONS = [
     ),
     click.option(
         "--max-num-seqs",
-        type=HUMAN_INT,
+        type=int,  # a plain integer in vLLM (human-readable only for token counts)
         help="Most running sequences [vLLM's default for the GPU].",
     ),
     click.option(
@@ -76,10 +76,11 @@ SERVE_OPTIONS = [
         "--kv-cache-memory-bytes",
         "--kv-cache-memory",
         "kv_cache_memory",
-        help="KV-cache memory per GPU (bytes, or 41.89GiB); skips the budget, as vLLM's flag does.",
+        help="KV-cache memory per GPU: bytes as vLLM spells them (44981556224, 10G = 10 GiB, "
+        "10g = 10 GB) or with a unit (41.89GiB); skips the budget, as vLLM's flag does.",
     ),
     click.option(
-        "--block-size", type=HUMAN_INT, help="Tokens per KV-cache block [16; raised for hybrids]."
+        "--block-size", type=int, help="Tokens per KV-cache block [16; raised for hybrids]."
     ),
     click.option(
         "--enable-prefix-caching/--no-enable-prefix-caching", default=True, show_default=True
@@ -253,7 +254,6 @@ def pop_serve_settings(flags: dict[str, Any]) -> Any:
     """vLLM's flags (the SERVE_OPTIONS group) as ServeSettings."""
     from servefit.core.engine import DEFAULT_VLLM_VERSION
     from servefit.core.plan import ServeSettings
-    from servefit.units import parse_bytes
 
     kv_memory = flags.pop("kv_cache_memory", None)
     return ServeSettings(
@@ -264,7 +264,7 @@ def pop_serve_settings(flags: dict[str, Any]) -> Any:
         max_num_batched_tokens=flags.pop("max_num_batched_tokens", None),
         gpu_memory_utilization=flags.pop("gpu_memory_utilization", None),
         kv_cache_dtype=flags.pop("kv_cache_dtype", "auto"),
-        kv_cache_memory_bytes=parse_bytes(kv_memory) if kv_memory else None,
+        kv_cache_memory_bytes=kv_cache_bytes(kv_memory) if kv_memory else None,
         block_size=flags.pop("block_size", None),
         enable_prefix_caching=flags.pop("enable_prefix_caching", True),
         enforce_eager=flags.pop("enforce_eager", False),
@@ -272,3 +272,16 @@ def pop_serve_settings(flags: dict[str, Any]) -> Any:
         quantization=flags.pop("quantization", None),
         vllm_version=flags.pop("vllm_version", None) or DEFAULT_VLLM_VERSION,
     )
+
+
+def kv_cache_bytes(text: str) -> int:
+    """``--kv-cache-memory-bytes`` as vLLM reads it (``10G`` is 10 GiB, ``10g`` 10 GB), or
+    with a unit servefit also accepts (``41.89GiB``, ``45GB``), as vLLM's startup log prints
+    the KV memory in GiB."""
+    from servefit.errors import InvalidArgumentError
+    from servefit.units import parse_bytes, parse_human_int
+
+    try:
+        return parse_human_int(text, flag="--kv-cache-memory-bytes")
+    except InvalidArgumentError:
+        return parse_bytes(text)
