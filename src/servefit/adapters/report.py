@@ -16,6 +16,7 @@ from servefit.adapters import svg
 from servefit.adapters.document import FrozenDoc
 from servefit.adapters.perf_document import CostSection
 from servefit.adapters.plan_document import PlanDocument
+from servefit.bench.metrics import latencies
 from servefit.bench.records import Outcome, RequestRecord
 from servefit.bench.runner import BenchResult
 from servefit.core.diagnosis import Expectations, Finding, Observations
@@ -111,12 +112,9 @@ def measured_section(
 ) -> MeasuredSection:
     s = result.summary
     ok = [r for r in records if r.outcome is Outcome.OK and not r.is_warmup]
-    ttfts = [r.first_token_s - r.sent_s for r in ok if r.first_token_s and r.sent_s]
-    tpots = [
-        (r.done_s - r.first_token_s) / (r.completion_tokens - 1)
-        for r in ok
-        if r.done_s and r.first_token_s and r.completion_tokens and r.completion_tokens > 1
-    ]
+    per_request = [latencies(r) for r in ok]  # the simulator's formulas (core.metrics)
+    ttfts = [v.ttft_s for v in per_request if v.ttft_s is not None]
+    tpots = [v.tpot_s for v in per_request if v.tpot_s is not None]
     return MeasuredSection(
         source=source,
         num_requests=s.successful,
