@@ -1,0 +1,689 @@
+"""``up``: detect the hardware, plan, gate, launch vLLM with the plan's flags, hold its
+startup log to the plan as it arrives, smoke-bench, write the run folder, then serve.
+
+The steps, one named call each:
+
+1. :func:`find_engine` and :func:`check_port`: the interpreter that runs vLLM, a free port;
+2. :func:`servefit.adapters.detect.detect`: NVIDIA GPUs through NVML, else the CPU;
+3. :func:`plan_for_launch`: the plan on that device (the recommendation instead when the
+   user's flags do not fit, said so);
+4. :func:`gate_checks`: the preflight chain for GPUs; for the CPU its CPU links (engine,
+   PyTorch, model, weights, host memory free now). A failure launches nothing;
+5. :func:`launch_command`: ``python -m vllm.entrypoints.openai.api_server`` from the engine's
+   interpreter with the plan's full flags (the ``vllm`` console script is not installed by
+   every build: the CPU wheel's is not);
+6. :func:`serve`: the supervised child, its log teed to the run folder, each line held
+   against the plan as it arrives; ``/health`` and ``/v1/models``; ``--smoke N``; the run
+   folder; then serving in the foreground until Ctrl-C / SIGTERM (or stop: check only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import shutil
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from servefit.adapters import launcher
+from servefit.adapters.detect import DetectedHardware, detect
+from servefit.adapters.vllm_log import LogFact, StartupLog
+from servefit.app.check_log import (
+    Comparison,
+    LogRefusal,
+    compare_fact,
+    explain_refusal,
+    refusals_of,
+    resolve_on,
+)
+from servefit.app.deployment import Deployment
+from servefit.app.plan import PlanOutcome, capacity_for, plan_deployment
+from servefit.app.resolve import Resolved, resolve
+from servefit.core.engines.vllm_cpu import CPU_PROCESS_BYTES, KVCACHE_SPACE_ENV
+from servefit.core.plan import CapacityPlan
+from servefit.errors import InvalidArgumentError
+from servefit.units import GIB_BYTES
+
+HEALTH_POLL_S = 1.0
+DEFAULT_STARTUP_TIMEOUT_S = 1200.0  # a large model's first load; a tiny CPU model: 1-2 min
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+ENGINE_DISTRIBUTIONS = ("vllm", "vllm-cpu")
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpRequest:
+    deployment: Deployment
+    gpu: str | None = None  # --gpu: auto (None), cpu, or a catalog name
+    python: str | None = None  # the engine's interpreter; found from `vllm` on PATH otherwise
+    host: str = "127.0.0.1"
+    port: int = 8000
+    smoke_requests: int = 0
+    is_check_only: bool = False
+    run_dir: Path | None = None
+    startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
+    is_version_given: bool = False  # --vllm-version given: do not take the installed one
+    stop_grace_s: float = launcher.STOP_GRACE_S
+
+    def __post_init__(self) -> None:
+        if not 0 < self.port < 65536:
+            raise InvalidArgumentError(f"--port must be in 1..65535, got {self.port}")
+        if self.smoke_requests < 0:
+            raise InvalidArgumentError("--smoke must be >= 0")
+
+
+@dataclass(slots=True)
+class UpResult:
+    exit_code: int
+    run_dir: Path | None = None
+    comparisons: list[Comparison] = field(default_factory=list)
+    refusals: list[LogRefusal] = field(default_factory=list)
+    explanation: str = ""
+    ready_s: float | None = None  # from the command's start to /v1/models answering
+    launch_to_ready_s: float | None = None
+    smoke: dict[str, Any] | None = None
+    command: list[str] = field(default_factory=list)
+
+    @property
+    def findings(self) -> list[str]:
+        return [c.explain() for c in self.comparisons if c.explain()]
+
+
+# ------------------------------------------------------------------------- 1. preliminaries
+
+
+def find_engine(python: str | None) -> str:
+    """The interpreter that runs vLLM: ``--python``, else the one behind ``vllm`` on PATH,
+    else this one."""
+    from servefit.preflight.probes import python_for_command
+
+    if python:
+        found = shutil.which(python) or (python if Path(python).exists() else None)
+        if found is None:
+            raise InvalidArgumentError(f"--python {python}: no such interpreter")
+        return found
+    return python_for_command(["vllm"]) or sys.executable
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse a port something already listens on (before anything starts)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise InvalidArgumentError(
+                f"port {port} on {host} is in use ({exc.strerror}): pick another with --port"
+            ) from None
+
+
+def engine_version(facts: Any) -> str:
+    """The installed vLLM's version (from the engine probe)."""
+    for engine in facts.engines:
+        if engine.name in ENGINE_DISTRIBUTIONS:
+            return str(engine.version)
+    raise InvalidArgumentError(
+        f"no vLLM is installed in {facts.torch.python or 'the engine interpreter'}: install "
+        "vllm (or vllm-cpu), or point --python at the interpreter that has it"
+    )
+
+
+# ----------------------------------------------------------------------------- 3. the plan
+
+
+def deployment_here(
+    d: Deployment, hw: DetectedHardware, version: str, *, is_version_given: bool
+) -> tuple[Deployment, list[str]]:
+    """The deployment as this machine runs it: the installed vLLM's accounting."""
+    notes: list[str] = []
+    if not is_version_given:
+        d = d.with_settings(replace(d.settings, vllm_version=version))
+    env_kv = _kv_given_by_env(hw)
+    if env_kv is not None:
+        notes.append(
+            f"KV cache space {env_kv // GIB_BYTES} GiB from {KVCACHE_SPACE_ENV} (on vLLM's CPU "
+            "backend it wins over --kv-cache-memory-bytes)"
+        )
+    return d, notes
+
+
+def _kv_given_by_env(hw: DetectedHardware) -> int | None:
+    """``VLLM_CPU_KVCACHE_SPACE`` in bytes, when set on a CPU (vllm/platforms/cpu.py reads
+    it as whole GiB)."""
+    space = os.environ.get(KVCACHE_SPACE_ENV, "").strip()
+    if not hw.is_cpu or not space:
+        return None
+    if not space.isdigit():
+        raise InvalidArgumentError(f"{KVCACHE_SPACE_ENV}={space!r} is not a whole number of GiB")
+    return int(space) * GIB_BYTES if int(space) > 0 else None
+
+
+def plan_for_launch(
+    d: Deployment, hw: DetectedHardware, say: Say
+) -> tuple[PlanOutcome, Resolved, int | None]:
+    """The plan to launch: the user's, or the recommendation when theirs does not fit."""
+    resolved = resolve(d) if d.hardware.memory_gib is not None else resolve_on(d, hw.device)
+    env_kv = _kv_given_by_env(hw)
+    if env_kv is not None:  # planned as given; the command keeps the user's flags
+        planning = d.with_settings(replace(d.settings, kv_cache_memory_bytes=env_kv))
+        resolved = replace(resolved, deployment=planning)
+        outcome = plan_deployment(planning, resolved=resolved)
+    else:
+        outcome = plan_deployment(d, resolved=resolved)
+    if not outcome.fits and outcome.recommendation is not None:
+        rec = outcome.recommendation
+        say("Your flags do not fit: " + "; ".join(outcome.verdict.reasons))
+        say(
+            "Taking the recommendation: "
+            + ", ".join(f"{c.flag} {c.before} -> {c.after} ({c.gives_up})" for c in rec.changes)
+        )
+        chosen = outcome.deployment.with_settings(rec.settings)
+        resolved = replace(resolved, deployment=chosen)
+        outcome = plan_deployment(chosen, resolved=resolved)
+    return outcome, resolved, env_kv
+
+
+# ----------------------------------------------------------------------------- 4. the gate
+
+
+def cpu_gate(facts: Any, plan: CapacityPlan, hw: DetectedHardware) -> list[Any]:
+    """The links of the preflight chain that apply to vLLM's CPU backend, and the host
+    memory free now (vLLM refuses to start when it asks for more than is available)."""
+    from servefit.preflight import rules
+    from servefit.preflight.rules import Check, Status
+
+    t = facts.torch
+    torch_check = Check(
+        name="PyTorch",
+        status=Status.PASS if t.is_installed and not t.error else Status.FAIL,
+        reason=t.error or (f"torch {t.version}" if t.is_installed else "not installed"),
+        remedy="install the PyTorch build vLLM's CPU wheel requires",
+    )
+    return [
+        torch_check,
+        rules.check_engine_torch(facts),
+        rules.check_model(facts),
+        rules.check_weights_on_disk(facts),
+        rules.check_disk_space(facts, plan.weights_total_bytes),
+        _host_memory_check(plan, hw),
+    ]
+
+
+def _host_memory_check(plan: CapacityPlan, hw: DetectedHardware) -> Any:
+    from servefit.preflight.rules import Check, Status
+
+    name = "plan fits the host memory free now"
+    available = hw.available_memory_bytes
+    if available is None:
+        return Check(name=name, status=Status.SKIP, reason="available memory unknown")
+    m = plan.memory
+    gib = GIB_BYTES
+    if m.is_kv_cache_given:
+        need = m.kv_cache_bytes + m.weights_bytes + CPU_PROCESS_BYTES
+        if need > available:
+            return Check(
+                name=name,
+                status=Status.FAIL,
+                reason=f"the KV cache ({m.kv_cache_bytes / gib:.2f} GiB), the weights and the "
+                f"process need {need / gib:.2f} GiB; {available / gib:.2f} GiB is available",
+                remedy=f"a smaller {KVCACHE_SPACE_ENV} / --kv-cache-memory-bytes",
+            )
+        return Check(
+            name=name,
+            status=Status.PASS,
+            reason=f"{need / gib:.2f} GiB needed, {available / gib:.2f} GiB available",
+        )
+    requested = m.total_bytes * m.gpu_memory_utilization
+    if requested > available:
+        fits = max(available / m.total_bytes - 0.01, 0.01)
+        return Check(
+            name=name,
+            status=Status.FAIL,
+            reason=f"vLLM's CPU worker asks for {m.gpu_memory_utilization:g} x "
+            f"{m.total_bytes / gib:.2f} GiB = {requested / gib:.2f} GiB and refuses to start "
+            f"with {available / gib:.2f} GiB available",
+            remedy=f"set {KVCACHE_SPACE_ENV}=N (GiB) or --kv-cache-memory-bytes, or "
+            f"--gpu-memory-utilization {fits:.2f}",
+        )
+    return Check(
+        name=name,
+        status=Status.PASS,
+        reason=f"{requested / gib:.2f} GiB asked for, {available / gib:.2f} GiB available",
+    )
+
+
+def gate_checks(
+    facts: Any, outcome: PlanOutcome, hw: DetectedHardware, *, allow_hub: bool
+) -> tuple[list[Any], bool]:
+    """The checks and whether the launch may go on."""
+    from servefit.preflight import gate, rules
+
+    if hw.is_cpu:
+        checks = cpu_gate(facts, outcome.capacity, hw)
+        return checks, rules.verdict(checks)
+    result = gate.run_gate(
+        facts, outcome.deployment.engine_settings(), strict=False, allow_hub=allow_hub
+    )
+    return result.checks, result.passed
+
+
+# ------------------------------------------------------------------------ 5. the command
+
+
+def launch_command(outcome: PlanOutcome, python: str, host: str, port: int) -> list[str]:
+    """The plan's ``vllm serve`` line as ``python -m ...api_server --model M ...``."""
+    args = list(outcome.command_args)
+    if args[:2] != ["vllm", "serve"]:
+        raise InvalidArgumentError(
+            f"servefit up launches vLLM; the plan's engine is {outcome.capacity.engine_label}"
+        )
+    return [python, "-m", SERVER_MODULE, "--model", args[2], *args[3:], "--host", host, "--port",
+            str(port)]  # fmt: skip
+
+
+def engine_env() -> dict[str, str]:
+    """This environment, without servefit's own virtual environment, unbuffered."""
+    env = dict(os.environ)
+    for key in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
+        env.pop(key, None)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+# -------------------------------------------------------------------- 6. launch and watch
+
+
+def _get(url: str, timeout_s: float = 3.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, b""
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return 0, b""
+
+
+def is_ready(base_url: str) -> bool:
+    """``/health`` answers 200 and ``/v1/models`` lists a model."""
+    status, _ = _get(f"{base_url}/health")
+    if status != 200:
+        return False
+    status, body = _get(f"{base_url}/v1/models")
+    if status != 200:
+        return False
+    with contextlib.suppress(ValueError):
+        return bool(json.loads(body).get("data"))
+    return False
+
+
+def served_block_size(base_url: str) -> LogFact | None:
+    """The block size the engine runs with, from ``vllm:cache_config_info`` on ``/metrics``
+    (vLLM logs it only when a hybrid model raises it)."""
+    import re
+
+    status, body = _get(f"{base_url}/metrics", timeout_s=10)
+    if status != 200:
+        return None
+    for line in body.decode(errors="replace").splitlines():
+        if line.startswith("vllm:cache_config_info{"):
+            m = re.search(r'\bblock_size="(\d+)"', line)
+            if m:
+                return LogFact(
+                    quantity="block_size",
+                    value=int(m.group(1)),
+                    line=f"/metrics vllm:cache_config_info block_size={m.group(1)}",
+                )
+    return None
+
+
+@dataclass(slots=True)
+class StartupWatch:
+    """Holds each startup line against the plan as it arrives."""
+
+    resolved: Resolved
+    plan: CapacityPlan
+    say: Say
+    log: StartupLog = field(default_factory=StartupLog)
+    plan_given_kv: CapacityPlan | None = None
+    comparisons: dict[str, Comparison] = field(default_factory=dict)
+
+    def feed(self, line: str) -> None:
+        for fact in self.log.feed(line):
+            self.hold(fact)
+
+    def hold(self, fact: LogFact) -> None:
+        if fact.quantity == "refusal":
+            self.say(f"  ! engine refusal: {fact.line.strip()[:240]}")
+            return
+        if fact.quantity == "kv_cache_memory_bytes" and fact.value > 0:
+            settings = replace(
+                self.resolved.deployment.engine_settings(), kv_cache_memory_bytes=int(fact.value)
+            )
+            self.plan_given_kv = capacity_for(self.resolved, settings)
+        if fact.quantity in self.comparisons:
+            return  # each quantity once (tensor-parallel ranks repeat their lines)
+        comparison = compare_fact(fact, self.plan, self.plan_given_kv)
+        if comparison is None:
+            return
+        self.comparisons[fact.quantity] = comparison
+        self.say(describe(comparison))
+
+
+def _fmt(quantity: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    if quantity.endswith("_bytes"):
+        return f"{value / GIB_BYTES:.2f} GiB"
+    if quantity == "max_concurrency":
+        return f"{value:.2f}x"
+    return f"{value:,.0f}"
+
+
+def describe(c: Comparison) -> str:
+    mark = "!" if c.explain() else "="
+    given = (
+        f", given the logged KV memory {_fmt(c.quantity, c.predicted_given_logged_kv_memory)}"
+        if c.predicted_given_logged_kv_memory is not None and c.quantity != "block_size"
+        else ""
+    )
+    error = f" ({c.relative_error:+.2%})" if c.relative_error else ""
+    text = (
+        f"  {mark} {c.quantity}: logged {_fmt(c.quantity, c.logged)}, planned "
+        f"{_fmt(c.quantity, c.predicted)}{error}{given}"
+    )
+    return text + (f"\n    finding: {c.explain()}" if c.explain() else "")
+
+
+def _drain(lines: queue.Queue[str], watch: StartupWatch, echo: Say | None, wait_s: float) -> None:
+    deadline = time.monotonic() + wait_s
+    while True:
+        timeout = deadline - time.monotonic()
+        try:
+            line = lines.get(timeout=max(timeout, 0.0)) if timeout > 0 else lines.get_nowait()
+        except queue.Empty:
+            return
+        if echo is not None:
+            echo(line)
+        watch.feed(line)
+
+
+def smoke_bench(
+    outcome: PlanOutcome, base_url: str, num_requests: int, out_dir: Path
+) -> dict[str, Any]:
+    """A short bench of the planned workload (``servefit.bench``), predicted next to measured."""
+    from servefit.bench.config import BenchConfig
+    from servefit.bench.runner import run
+    from servefit.bench.schedules import Schedule
+    from servefit.bench.workloads import WorkloadConfig
+
+    w = outcome.deployment.workload
+    concurrency = max(1, min(w.concurrency or 1, num_requests))
+    cfg = BenchConfig(
+        base_urls=(base_url,),
+        workload=WorkloadConfig(
+            kind="random",
+            num_requests=num_requests,
+            input_len=w.input_len.mean,
+            output_len=w.output_len.mean,
+        ),
+        schedule=Schedule(concurrency=concurrency),
+        timeout_s=600.0,
+    )
+    result = run(cfg, api_key=None, out_dir=out_dir)
+    s = result.summary
+    perf = outcome.performance
+    return {
+        "requests": num_requests,
+        "concurrency": concurrency,
+        "input_len": w.input_len.mean,
+        "output_len": w.output_len.mean,
+        "successful": s.successful,
+        "errored": s.errored,
+        "incomplete": s.incomplete,
+        "errors": s.errors,
+        "measured": {
+            "ttft_s": s.ttft_s.mean,
+            "tpot_s": s.tpot_s.mean,
+            "output_throughput_tok_per_s": s.output_throughput_tok_per_s,
+        },
+        "predicted": {
+            "ttft_s": perf.ttft_s if perf else None,
+            "tpot_s": perf.tpot_s if perf else None,
+            "output_throughput_tok_per_s": perf.output_throughput_tok_per_s if perf else None,
+        },
+        "interrupted": result.interrupted,
+    }
+
+
+def write_report(run_dir: Path, outcome: PlanOutcome, result: UpResult, hw: str) -> None:
+    """``report.md``: the plan, the startup log held against it, the smoke bench."""
+    plan = outcome.capacity
+    lines = [
+        f"# servefit up: {outcome.resolved.model_id}",
+        "",
+        f"- hardware: {hw}",
+        f"- engine: {plan.engine_label} {plan.settings.vllm_version}",
+        f"- command: `{' '.join(result.command)}`",
+        f"- verdict: {outcome.verdict.headline}",
+    ]
+    if result.ready_s is not None:
+        lines.append(
+            f"- ready {result.ready_s:.1f} s after the command started "
+            f"({result.launch_to_ready_s:.1f} s after launch)"
+        )
+    lines += [
+        "",
+        "## Startup log against the plan",
+        "",
+        "| quantity | logged | planned | error | planned given logged KV memory |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for c in result.comparisons:
+        error = f"{c.relative_error:+.2%}" if c.relative_error is not None else "-"
+        lines.append(
+            f"| {c.quantity} | {_fmt(c.quantity, c.logged)} | {_fmt(c.quantity, c.predicted)} "
+            f"| {error} | {_fmt(c.quantity, c.predicted_given_logged_kv_memory)} |"
+        )
+    lines += ["", "Findings: " + ("; ".join(result.findings) or "none (all within 2 %)")]
+    if result.explanation:
+        lines += ["", "## Engine refusal", "", result.explanation]
+    if result.smoke is not None:
+        s = result.smoke
+        lines += [
+            "",
+            "## Smoke bench (predicted next to measured)",
+            "",
+            f"{s['requests']} requests of {s['input_len']} + {s['output_len']} tokens at "
+            f"concurrency {s['concurrency']}: {s['successful']} ok, {s['errored']} errors, "
+            f"{s['incomplete']} incomplete",
+            "",
+            "| metric | predicted | measured |",
+            "| --- | --- | --- |",
+        ]
+        for key in ("ttft_s", "tpot_s", "output_throughput_tok_per_s"):
+            p, m = s["predicted"][key], s["measured"][key]
+            lines.append(
+                f"| {key} | {'-' if p is None else f'{p:.4g}'} | "
+                f"{'-' if m is None else f'{m:.4g}'} |"
+            )
+        lines += [
+            "",
+            "Predictions on a CPU rest on an assumed memory bandwidth and the generic "
+            "efficiency profile; capacity figures do not.",
+        ]
+    (run_dir / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _startup_doc(result: UpResult, watch: StartupWatch) -> dict[str, Any]:
+    return {
+        "schema_version": 1,
+        "engine_version": watch.log.engine_version,
+        "comparisons": [c.as_dict() for c in result.comparisons],
+        "findings": result.findings,
+        "refusals": [{"kind": r.kind.value, "line": r.line, **r.detail} for r in result.refusals],
+        "explanation": result.explanation,
+        "ready_s": result.ready_s,
+        "launch_to_ready_s": result.launch_to_ready_s,
+    }
+
+
+def default_run_dir() -> Path:
+    return Path("servefit-runs") / time.strftime("up-%Y%m%d-%H%M%S")
+
+
+def run_up(req: UpRequest, say: Say, echo: Say | None = None) -> UpResult:
+    """Everything ``servefit up`` does; returns the exit code and what was found."""
+    from servefit.adapters.plan_document import outcome_document
+    from servefit.preflight import gate
+
+    t0 = time.monotonic()
+    d = req.deployment
+    python = find_engine(req.python)
+    check_port(req.host, req.port)
+    hw = detect(req.gpu) if d.hardware.memory_gib is None else None
+    if hw is None:  # a described device: planned as described
+        raise InvalidArgumentError(
+            "servefit up plans the hardware it runs on: use --gpu auto, cpu or a catalog name"
+        )
+    say(f"Hardware: {hw.description}")
+    for note in hw.notes:
+        say(f"  note: {note}")
+    say(f"Checking the engine in {python} ...")
+    facts = gate.collect_facts(d.model, python=python, allow_hub=d.allow_hub)
+    version = engine_version(facts)
+    d, notes = deployment_here(d, hw, version, is_version_given=req.is_version_given)
+    for note in notes:
+        say(f"  note: {note}")
+    outcome, resolved, _ = plan_for_launch(d, hw, say)
+    plan = outcome.capacity
+    say(
+        f"Plan ({plan.engine_label} {plan.settings.vllm_version}): "
+        f"{outcome.verdict.headline}; KV cache {plan.memory.kv_cache_bytes / GIB_BYTES:.2f} GiB, "
+        f"{plan.kv_cache_tokens:,} tokens, {plan.max_concurrency:.2f}x at "
+        f"{plan.settings.max_model_len:,} tokens, block {plan.settings.block_size}"
+    )
+    result = UpResult(exit_code=1)
+    if not plan.starts:
+        result.explanation = "; ".join(plan.problems)
+        say(f"Not launched: {result.explanation}")
+        return result
+    checks, passed = gate_checks(facts, outcome, hw, allow_hub=d.allow_hub)
+    say("Preflight:")
+    for check in checks:
+        extra = f" -> {check.remedy}" if check.remedy and check.status.value == "fail" else ""
+        say(f"  {check.status.value:4}  {check.name}: {check.reason}{extra}")
+    if not passed:
+        say("Not launched: the preflight gate failed.")
+        return result
+
+    command = launch_command(outcome, python, req.host, req.port)
+    result.command = command
+    run_dir = req.run_dir or default_run_dir()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    result.run_dir = run_dir
+    (run_dir / "plan.json").write_text(
+        outcome_document(outcome).model_dump_json(indent=2), encoding="utf-8"
+    )
+    (run_dir / "command.json").write_text(json.dumps(command, indent=2), encoding="utf-8")
+    say(f"Launching: {' '.join(command)}")
+    say(f"  log: {run_dir / 'vllm.log'}")
+
+    base_url = f"http://{req.host}:{req.port}"
+    lines: queue.Queue[str] = queue.Queue()
+    watch = StartupWatch(resolved=resolved, plan=plan, say=say)
+    t_launch = time.monotonic()
+    try:
+        with launcher.supervised(
+            command,
+            log_path=run_dir / "vllm.log",
+            env=engine_env(),
+            on_line=lines.put,
+            grace_s=req.stop_grace_s,
+        ) as child:
+            ready = False
+            deadline = t_launch + req.startup_timeout_s
+            while not ready:
+                _drain(lines, watch, echo, HEALTH_POLL_S)
+                if not child.is_running():
+                    break
+                if time.monotonic() > deadline:
+                    say(f"Not ready after {req.startup_timeout_s:.0f} s: stopping the engine.")
+                    break
+                ready = is_ready(base_url)
+            if not ready:
+                child.stop(grace_s=req.stop_grace_s)
+                _drain(lines, watch, echo, 0.5)
+                result.refusals = list(refusals_of(watch.log))
+                result.comparisons = list(watch.comparisons.values())
+                if result.refusals:
+                    result.explanation = explain_refusal(result.refusals[-1], outcome)
+                else:
+                    result.explanation = (
+                        f"the engine exited with code {child.poll()} before it was ready; "
+                        f"see {run_dir / 'vllm.log'}"
+                    )
+                say(result.explanation)
+                _write_startup(run_dir, result, watch)
+                write_report(run_dir, outcome, result, hw.description)
+                return result
+            now = time.monotonic()
+            result.ready_s, result.launch_to_ready_s = now - t0, now - t_launch
+            block = served_block_size(base_url)
+            if block is not None:
+                watch.hold(block)
+            _drain(lines, watch, echo, 0.0)
+            result.comparisons = list(watch.comparisons.values())
+            say(
+                f"Ready at {base_url} {result.ready_s:.1f} s after the command "
+                f"({result.launch_to_ready_s:.1f} s after launch)."
+            )
+            say("Findings: " + ("; ".join(result.findings) or "none: the engine built the plan"))
+            result.exit_code = 0
+            if req.smoke_requests:
+                say(f"Smoke bench: {req.smoke_requests} requests of the planned workload ...")
+                result.smoke = smoke_bench(outcome, base_url, req.smoke_requests, run_dir / "bench")
+                s = result.smoke
+                say(
+                    f"  {s['successful']} ok, {s['errored']} errors, {s['incomplete']} incomplete;"
+                    f" TTFT {_num(s['measured']['ttft_s'])} s (planned "
+                    f"{_num(s['predicted']['ttft_s'])}), TPOT {_num(s['measured']['tpot_s'])} s "
+                    f"(planned {_num(s['predicted']['tpot_s'])})"
+                )
+                if s["errored"] or s["incomplete"]:
+                    result.exit_code = 1
+            _write_startup(run_dir, result, watch)
+            write_report(run_dir, outcome, result, hw.description)
+            say(f"Run folder: {run_dir}")
+            if req.is_check_only:
+                say("Checks done (--check-only): stopping the engine.")
+                return result
+            say(f"Serving at {base_url}/v1 (Ctrl-C to stop).")
+            while child.is_running():
+                _drain(lines, watch, echo, HEALTH_POLL_S)
+            say(f"The engine exited with code {child.poll()}.")
+            result.exit_code = 1
+            return result
+    except launcher.SignalledError as signalled:
+        say(f"{signalled}: the engine was stopped and waited for; nothing is left running.")
+        if result.ready_s is None:
+            result.exit_code = 130
+        return result
+
+
+def _write_startup(run_dir: Path, result: UpResult, watch: StartupWatch) -> None:
+    (run_dir / "startup.json").write_text(
+        json.dumps(_startup_doc(result, watch), indent=2), encoding="utf-8"
+    )
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"

@@ -1,0 +1,136 @@
+"""``servefit check-log``: a vLLM startup log someone already has, held against the plan of
+the same deployment, quantity by quantity."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+from servefit.cli.options import (
+    build_deployment,
+    hardware_options,
+    model_source_options,
+    serve_options,
+)
+from servefit.cli.output import EXIT_FAILED, EXIT_OK, emit_json, fail
+from servefit.errors import InvalidArgumentError, ServefitError
+
+# click parameter -> ServeSettings field (the flags a user sets win over the log's)
+_SETTING_OF_PARAM = {"kv_cache_memory": "kv_cache_memory_bytes"}
+_SERVE_PARAMS = (
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "max_model_len",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "gpu_memory_utilization",
+    "kv_cache_dtype",
+    "kv_cache_memory",
+    "block_size",
+    "enable_prefix_caching",
+    "enforce_eager",
+    "dtype",
+    "quantization",
+    "vllm_version",
+)
+
+
+def _given_settings() -> list[str]:
+    ctx = click.get_current_context()
+    return [
+        _SETTING_OF_PARAM.get(name, name)
+        for name in _SERVE_PARAMS
+        if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)
+    ]
+
+
+def _read_lines(path: str) -> list[str]:
+    if path == "-":
+        return sys.stdin.read().splitlines()
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as exc:
+        raise InvalidArgumentError(f"LOG {path}: cannot be read ({exc.strerror})") from None
+
+
+@click.command(name="check-log")
+@click.argument("log")
+@click.argument("model", required=False)
+@hardware_options
+@serve_options
+@model_source_options
+@click.option("--strict", is_flag=True, help="Findings (deviations over 2 %) fail too (exit 1).")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+def check_log(log: str, model: str | None, strict: bool, as_json: bool, **flags: Any) -> None:
+    """Hold a vLLM startup LOG against servefit's plan of the same deployment.
+
+    \b
+    servefit check-log vllm.log                      # model and flags read from the log
+    servefit check-log pod.log Qwen/Qwen3-8B --gpu H100 --max-model-len 8192
+
+    The engine version, model and flags come from the log where it prints them, and from
+    MODEL and the flags where it does not (flags given win). Quantities downstream of the KV
+    budget are compared twice: end to end, and given the KV memory the log reports. Works
+    offline. Exit 0 when the engine started (findings are printed), 1 when it refused (or,
+    with --strict, when a quantity is off by more than 2 %), 2 on bad input.
+    """
+    from servefit.app.check_log import check_startup_log, explain_refusal
+
+    try:
+        given = _given_settings()
+        d = build_deployment(model or "(from the log)", flags)
+        checked = check_startup_log(
+            _read_lines(log), d, given_settings=given, model_given=model is not None
+        )
+    except ServefitError as error:
+        fail(error)
+    outcome = checked.outcome
+    explanations = [explain_refusal(r, outcome) for r in checked.refusals]
+    if as_json:
+        emit_json(
+            {
+                "schema_version": 1,
+                "log": log,
+                "engine_version": checked.log.engine_version,
+                "model": outcome.resolved.model_id,
+                "device": outcome.resolved.gpu.name,
+                "engine": outcome.capacity.engine,
+                "vllm_version_planned": outcome.capacity.settings.vllm_version,
+                "vllm_command": outcome.vllm_command,
+                "comparisons": [c.as_dict() for c in checked.comparisons],
+                "findings": list(checked.findings),
+                "refusals": [
+                    {"kind": r.kind.value, "line": r.line, "explanation": text, **r.detail}
+                    for r, text in zip(checked.refusals, explanations, strict=True)
+                ],
+                "notes": list(checked.notes),
+            }
+        )
+    else:
+        from servefit.app.up import describe
+
+        plan = outcome.capacity
+        click.echo(
+            f"{outcome.resolved.model_id} on {outcome.resolved.gpu.name}, planned as "
+            f"{plan.engine_label} {plan.settings.vllm_version} "
+            f"(log: vLLM {checked.log.engine_version or 'version not printed'})"
+        )
+        click.echo(f"  the deployment: {outcome.vllm_command}")
+        if not checked.comparisons:
+            click.echo("  the log states none of the compared quantities")
+        for comparison in checked.comparisons:
+            click.echo(describe(comparison))
+        for text in explanations:
+            click.echo(text)
+        for note in checked.notes:
+            click.echo(f"  note: {note}")
+        click.echo(
+            "Findings: "
+            + ("; ".join(checked.findings) or "none (every logged quantity within 2 %)")
+        )
+    failed = bool(checked.refusals) or (strict and bool(checked.findings))
+    sys.exit(EXIT_FAILED if failed else EXIT_OK)

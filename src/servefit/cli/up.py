@@ -1,0 +1,83 @@
+"""``servefit up``: detect the hardware, plan, gate, launch vLLM with the plan's flags, hold
+its startup log to the plan, smoke-bench, write the run folder, then serve."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from servefit.cli.options import build_deployment, deployment_options
+from servefit.cli.output import fail
+from servefit.errors import ServefitError
+
+
+@click.command()
+@click.argument("model")
+@click.argument("extra", nargs=-1, type=click.UNPROCESSED)
+@deployment_options
+@click.option("--python", help="The engine's interpreter [the one behind `vllm` on PATH].")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address vLLM listens on.")
+@click.option("--port", type=int, default=8000, show_default=True)
+@click.option("--smoke", type=int, default=0, help="Run N requests of the planned workload.")
+@click.option("--check-only", is_flag=True, help="Stop the engine after the checks (CI).")
+@click.option("--run-dir", type=click.Path(file_okay=False), help="[servefit-runs/up-<time>]")
+@click.option(
+    "--startup-timeout-s", type=float, default=1200.0, show_default=True, help="Wait for ready."
+)
+@click.option("--quiet-log", is_flag=True, help="Do not stream vLLM's log (it is still saved).")
+def up(
+    model: str,
+    extra: tuple[str, ...],
+    python: str | None,
+    host: str,
+    port: int,
+    smoke: int,
+    check_only: bool,
+    run_dir: str | None,
+    startup_timeout_s: float,
+    quiet_log: bool,
+    **flags: Any,
+) -> None:
+    """Plan MODEL on this machine's hardware, gate, and launch vLLM with the plan's flags.
+
+    \b
+    servefit up MODEL [--gpu auto|cpu|NAME] [workload, targets, vLLM flags] [-- vllm args]
+
+    NVIDIA GPUs are found through NVML, otherwise vLLM's CPU backend is planned. When the
+    flags do not fit, the recommendation is launched instead (and said). Each startup line
+    vLLM prints is held against the plan; then /health and /v1/models, --smoke N, the run
+    folder, and serving in the foreground (Ctrl-C stops vLLM and waits for it) or, with
+    --check-only, a stop. Exit 0 ready (and the smoke bench clean), 1 not launched / refused
+    / failed, 2 bad input.
+    """
+    from servefit.app.up import UpRequest, run_up
+
+    try:
+        is_version_given = flags.get("vllm_version") is not None
+        gpu = flags.get("gpu")
+        if gpu is not None and gpu.strip().lower() in ("auto", "cpu"):
+            flags["gpu"] = None  # detected, not looked up in the catalog
+        d = build_deployment(model, flags, extra_args=tuple(extra))
+        request = UpRequest(
+            deployment=d,
+            gpu=gpu,
+            python=python,
+            host=host,
+            port=port,
+            smoke_requests=smoke,
+            is_check_only=check_only,
+            run_dir=Path(run_dir) if run_dir else None,
+            startup_timeout_s=startup_timeout_s,
+            is_version_given=is_version_given,
+        )
+        result = run_up(
+            request,
+            say=lambda text: click.echo(text),
+            echo=None if quiet_log else lambda line: click.echo(f"  | {line}", err=True),
+        )
+    except ServefitError as error:
+        fail(error)
+    sys.exit(result.exit_code)
