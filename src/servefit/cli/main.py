@@ -27,6 +27,8 @@ COMMANDS = {
     "bench": "servefit.cli.bench:bench",
     "null-server": "servefit.cli.bench:null_server",
     "preflight": "servefit.cli.preflight:preflight",
+    "up": "servefit.cli.up:up",
+    "check-log": "servefit.cli.check_log:check_log",
     "calibrate": "servefit.cli.calibrate:calibrate",
     "gpus": "servefit.cli.catalog:gpus",
     "models": "servefit.cli.catalog:models",
