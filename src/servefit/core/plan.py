@@ -10,11 +10,15 @@ The steps, one named call each:
 6. what that buys: "GPU KV cache size", "Maximum concurrency", the longest request that fits,
    concurrency at the user's context, context at the user's concurrency;
 7. the verdict, with what is needed, what would fit, and the flags that make it fit.
+
+The settings and the plan's value types (step 1) are in :mod:`servefit.core.plan_settings`,
+the verdict (step 7) in :mod:`servefit.core.plan_verdict`; this module runs the steps and
+works out the suggestions. Every public name stays importable from here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import lru_cache
 
 from servefit.core import engine
@@ -22,7 +26,6 @@ from servefit.core.hardware import GpuSpec
 from servefit.core.kv_cache import (
     CacheMode,
     CacheSettings,
-    KvLayout,
     kv_cache_tokens,
     largest_fitting_len,
     layer_specs,
@@ -39,194 +42,25 @@ from servefit.core.model_spec import (
     MlaSpec,
     ModelSpec,
 )
-from servefit.core.quant import QuantSpec, fp8_per_tensor
-from servefit.core.weights import ParamCounts, count_params, pipeline_layer_split, weight_bytes
-from servefit.errors import InvalidArgumentError
-from servefit.units import GIB_BYTES, dtype_bytes
 
-BF16_MIN_CC = (8, 0)  # bfloat16 needs Ampere or newer
+# `X as X`: re-exported, so ``servefit.core.plan.<name>`` keeps working
+from servefit.core.plan_settings import BF16_MIN_CC as BF16_MIN_CC
+from servefit.core.plan_settings import ONLINE_QUANTIZATION as ONLINE_QUANTIZATION
+from servefit.core.plan_settings import (
+    CapacityPlan,
+    ResolvedSettings,
+    ServeSettings,
+    apply_load_options,
+    resolve_settings,
+)
+from servefit.core.plan_settings import auto_dtype as auto_dtype
+from servefit.core.plan_verdict import STARTUP, capacity_verdict
+from servefit.core.weights import count_params, pipeline_layer_split, weight_bytes
+from servefit.errors import InvalidArgumentError
+
 MLA_BLOCK_SIZE_HOPPER = 64  # FlashMLA forces block size 64 on compute capability 9.x
 MLA_BLOCK_SIZE_BLACKWELL = 128  # CUTLASS MLA forces 128 on compute capability 10.x
 TP_CANDIDATES = (1, 2, 4, 8)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ServeSettings:
-    """vLLM's flags (None = vLLM's default for this GPU) plus the user's target."""
-
-    tensor_parallel_size: int = 1
-    pipeline_parallel_size: int = 1
-    max_model_len: int | None = None
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    gpu_memory_utilization: float | None = None
-    dtype: str = "auto"  # --dtype: auto = the checkpoint's dtype
-    quantization: str | None = None  # --quantization: fp8 quantizes a 16-bit checkpoint at load
-    kv_cache_dtype: str = "auto"
-    kv_cache_memory_bytes: int | None = None
-    block_size: int | None = None
-    enable_prefix_caching: bool = True  # vLLM V1 enables it by default
-    enforce_eager: bool = False
-    vllm_version: str = engine.DEFAULT_VLLM_VERSION
-    concurrency: int | None = None  # the user's target: concurrent requests
-    context_tokens: int | None = None  # the user's target: tokens per request
-
-    def __post_init__(self) -> None:
-        checks = {
-            "--tensor-parallel-size": self.tensor_parallel_size,
-            "--pipeline-parallel-size": self.pipeline_parallel_size,
-            "--max-model-len": self.max_model_len,
-            "--max-num-seqs": self.max_num_seqs,
-            "--max-num-batched-tokens": self.max_num_batched_tokens,
-            "--block-size": self.block_size,
-            "--target-concurrency": self.concurrency,
-            "--context": self.context_tokens,
-        }
-        for flag, value in checks.items():
-            if value is not None and value < 1:
-                raise InvalidArgumentError(f"{flag} must be a positive integer, got {value}")
-        util = self.gpu_memory_utilization
-        if util is not None and not 0 < util <= 1:
-            raise InvalidArgumentError(
-                f"--gpu-memory-utilization must be in (0, 1], got {util} "
-                "(it is a fraction, not a percentage)"
-            )
-        if self.kv_cache_memory_bytes is not None and self.kv_cache_memory_bytes <= 0:
-            raise InvalidArgumentError("--kv-cache-memory-bytes must be positive")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ResolvedSettings:
-    """The settings vLLM would actually run with."""
-
-    tensor_parallel_size: int
-    pipeline_parallel_size: int
-    max_model_len: int
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    gpu_memory_utilization: float
-    kv_cache_dtype: str
-    block_size: int  # the attention block size after hybrid inflation
-    enable_prefix_caching: bool
-    enforce_eager: bool
-    vllm_version: str
-    concurrency: int
-    context_tokens: int
-
-    @property
-    def num_gpus(self) -> int:
-        return self.tensor_parallel_size * self.pipeline_parallel_size
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CapacityPlan:
-    model: ModelSpec
-    params: ParamCounts
-    gpu: GpuSpec
-    settings: ResolvedSettings
-    behaviour: engine.VllmBehaviour
-    memory: MemoryBreakdown  # the limiting GPU (pipeline stage)
-    weights_total_bytes: float
-    layout: KvLayout
-    num_blocks: int
-    kv_cache_tokens: int  # vLLM's "GPU KV cache size" line
-    max_concurrency: float  # vLLM's "Maximum concurrency for max_model_len tokens"
-    largest_max_model_len: int  # the longest single request the KV cache holds
-    concurrency_at_context: float  # requests of context_tokens that fit at once
-    max_context_at_concurrency: int  # longest context with `concurrency` requests at once
-    kv_bytes_per_token: int  # attention KV per token per GPU (all attention layers)
-    state_bytes_per_sequence: int  # constant state per sequence per GPU (linear attn/Mamba)
-    sequence_bytes_at_context: int  # one sequence at context_tokens, per GPU
-    mamba_block_limit: int | None  # max_num_seqs may not exceed this (hybrids)
-    starts: bool  # vLLM would start with these flags
-    meets_target: bool  # ... and hold the target concurrency at the target context
-    problems: tuple[str, ...]
-    warnings: tuple[str, ...]
-    assumptions: tuple[str, ...]
-    # Whose accounting this is (servefit.core.engines), and its words for the output:
-    engine: str = "vllm"
-    engine_label: str = "vLLM"
-    memory_label: str = "visible to CUDA"  # what memory.total_bytes is
-    budget_label: str = "gpu_memory_utilization"  # what memory.gpu_memory_utilization is
-
-    @property
-    def fits(self) -> bool:
-        return self.starts and self.meets_target
-
-
-def resolve_settings(
-    spec: ModelSpec, gpu: GpuSpec, s: ServeSettings, *, block_size: int = 0
-) -> tuple[ResolvedSettings, engine.VllmBehaviour]:
-    """Step 1: fill in what vLLM would choose for this GPU."""
-    behaviour = engine.vllm_behaviour(s.vllm_version)
-    default_tokens, default_seqs = engine.server_batch_defaults(
-        gpu.cuda_total_bytes, gpu.name, behaviour
-    )
-    max_model_len = s.max_model_len or spec.max_position_embeddings
-    if max_model_len is None:
-        raise InvalidArgumentError(
-            f"{spec.name}: the config has no max_position_embeddings; pass --max-model-len"
-        )
-    max_num_batched_tokens = s.max_num_batched_tokens or default_tokens
-    max_num_seqs = min(s.max_num_seqs or default_seqs, max_num_batched_tokens)
-    resolved = ResolvedSettings(
-        tensor_parallel_size=s.tensor_parallel_size,
-        pipeline_parallel_size=s.pipeline_parallel_size,
-        max_model_len=max_model_len,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        gpu_memory_utilization=s.gpu_memory_utilization or behaviour.default_gpu_memory_utilization,
-        kv_cache_dtype=s.kv_cache_dtype,
-        block_size=block_size or s.block_size or 0,
-        enable_prefix_caching=s.enable_prefix_caching,
-        enforce_eager=s.enforce_eager,
-        vllm_version=behaviour.version,
-        concurrency=s.concurrency or 1,
-        context_tokens=s.context_tokens or max_model_len,
-    )
-    return resolved, behaviour
-
-
-ONLINE_QUANTIZATION = {"fp8": fp8_per_tensor}
-
-
-def auto_dtype(spec: ModelSpec, gpu: GpuSpec) -> str:
-    """What ``--dtype auto`` loads: vLLM downcasts a float32 checkpoint to the platform's
-    preferred dtype (vllm/config/model.py ``_resolve_auto_dtype``): bfloat16 where supported
-    (CUDA compute capability >= 8.0, CPUs, other accelerators), float16 on older NVIDIA GPUs."""
-    if spec.dtype != "float32":
-        return spec.dtype
-    cc = gpu.compute_capability_tuple
-    return "float16" if cc is not None and cc < BF16_MIN_CC else "bfloat16"
-
-
-def apply_load_options(spec: ModelSpec, s: ServeSettings, gpu: GpuSpec) -> ModelSpec:
-    """``--dtype`` and ``--quantization`` change what is loaded."""
-    if s.dtype == "auto" and auto_dtype(spec, gpu) != spec.dtype:
-        spec = replace(spec, dtype=auto_dtype(spec, gpu))
-    elif s.dtype not in ("auto", spec.dtype):
-        dtype_bytes(s.dtype)  # validates the name
-        spec = replace(spec, dtype=s.dtype.removeprefix("torch."))
-    if s.quantization is None:
-        return spec
-    method = s.quantization.lower()
-    if spec.quant.is_quantized:
-        if method not in (spec.quant.method, spec.quant.method.replace("-", "_")):
-            raise InvalidArgumentError(
-                f"--quantization {method} does not match the checkpoint's quantization "
-                f"({spec.quant.method}); vLLM refuses the mismatch. Drop the flag."
-            )
-        return spec
-    make = ONLINE_QUANTIZATION.get(method)
-    if make is None:
-        raise InvalidArgumentError(
-            f"--quantization {method} needs a checkpoint quantized that way; servefit models "
-            f"online quantization for: {', '.join(ONLINE_QUANTIZATION)}"
-        )
-    quant = QuantSpec(
-        method=method, default=make(), description=f"{method.upper()} (quantized at load time)"
-    )
-    return replace(spec, quant=quant)
 
 
 @lru_cache(maxsize=1024)
@@ -369,10 +203,10 @@ def plan_capacity(
     )
     mamba_limit = blocks if state_per_seq else None
 
-    problems, warnings = _verdict(
+    problems, warnings = capacity_verdict(
         spec, r, behaviour, memory, blocks, concurrency, at_context, largest, mamba_limit
     )
-    starts = not any(p.startswith(_STARTUP) for p in problems)
+    starts = not any(p.startswith(STARTUP) for p in problems)
     meets = starts and not problems
     if with_suggestions and not meets:
         problems = (
@@ -439,80 +273,6 @@ def _per_gpu_sizes(spec: ModelSpec, cache: CacheSettings, pp: int) -> tuple[int,
     kv_per_token = sum(s.page_size_bytes // s.block_size for s in specs if not s.is_state)
     state = sum(s.page_size_bytes for s in specs if s.is_state)
     return kv_per_token // pp, state // pp
-
-
-_STARTUP = "vLLM would not start: "
-
-
-def _gib(num_bytes: float) -> str:
-    return f"{num_bytes / GIB_BYTES:.2f} GiB"
-
-
-def _verdict(
-    spec: ModelSpec,
-    r: ResolvedSettings,
-    behaviour: engine.VllmBehaviour,
-    memory: MemoryBreakdown,
-    blocks: int,
-    concurrency: float,
-    at_context: float,
-    largest: int,
-    mamba_limit: int | None,
-) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Step 7: what stops vLLM, what misses the target, what to watch."""
-    problems: list[str] = []
-    warnings: list[str] = []
-    if memory.kv_cache_bytes <= 0:
-        needed = memory.weights_bytes + memory.activation_peak_bytes + memory.non_torch_bytes
-        problems.append(
-            f"{_STARTUP}no memory is left for the KV cache: weights, activations and runtime "
-            f"need {_gib(needed)} per GPU but the budget ({r.gpu_memory_utilization:.2f} x "
-            f"{_gib(memory.total_bytes)}) is {_gib(memory.requested_bytes)}"
-        )
-    elif concurrency < 1:
-        problems.append(
-            f"{_STARTUP}one request of --max-model-len {r.max_model_len:,} tokens needs more "
-            f"KV cache than the {_gib(memory.kv_cache_bytes)} available; the longest that "
-            f"fits is {largest:,} tokens"
-        )
-    if (
-        mamba_limit is not None
-        and behaviour.checks_mamba_blocks_vs_max_num_seqs
-        and not r.enforce_eager
-        and 0 < mamba_limit < r.max_num_seqs
-        and not problems
-    ):
-        problems.append(
-            f"{_STARTUP}--max-num-seqs {r.max_num_seqs} exceeds the {mamba_limit} Mamba cache "
-            f"blocks (each running sequence holds one); vLLM >= 0.30 stops while capturing CUDA "
-            f"graphs. Lower --max-num-seqs to {mamba_limit} or free memory"
-        )
-    if not problems and at_context < r.concurrency:
-        problems.append(
-            f"the KV cache holds {at_context:.2f} requests of {r.context_tokens:,} tokens at once, "
-            f"not the {r.concurrency} asked for (--target-concurrency): the rest would queue "
-            "(or be preempted)"
-        )
-    if r.concurrency > r.max_num_seqs:
-        warnings.append(
-            f"--target-concurrency {r.concurrency} exceeds --max-num-seqs {r.max_num_seqs}: vLLM "
-            f"runs at most {r.max_num_seqs} requests at once"
-        )
-    if r.context_tokens > r.max_model_len:
-        problems.append(
-            f"--context {r.context_tokens:,} exceeds --max-model-len {r.max_model_len:,}: vLLM "
-            "rejects longer requests"
-        )
-    if spec.max_position_embeddings and r.max_model_len > spec.max_position_embeddings:
-        # vllm/config/model.py (_get_and_verify_max_len) raises unless the user opts in with
-        # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, which servefit does not assume.
-        problems.insert(
-            0,
-            f"{_STARTUP}--max-model-len {r.max_model_len:,} exceeds the model's "
-            f"max_position_embeddings ({spec.max_position_embeddings:,}); vLLM refuses it "
-            "unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",
-        )
-    return tuple(problems), tuple(warnings)
 
 
 def _suggestions(

@@ -1,0 +1,203 @@
+"""What a capacity plan is asked and answers: the settings, their resolution, the plan.
+
+:class:`ServeSettings` are vLLM's flags as the user gives them (None = vLLM's default) plus
+the user's target; :func:`resolve_settings` fills in what vLLM would choose for the GPU
+(step 1 of :func:`servefit.core.plan.plan_capacity`) into :class:`ResolvedSettings`;
+:func:`apply_load_options` applies ``--dtype`` and ``--quantization`` to the model.
+:class:`CapacityPlan` is the answer. All stay importable from :mod:`servefit.core.plan`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from servefit.core import engine
+from servefit.core.hardware import GpuSpec
+from servefit.core.kv_cache import KvLayout
+from servefit.core.memory import MemoryBreakdown
+from servefit.core.model_spec import ModelSpec
+from servefit.core.quant import QuantSpec, fp8_per_tensor
+from servefit.core.weights import ParamCounts
+from servefit.errors import InvalidArgumentError
+from servefit.units import dtype_bytes
+
+BF16_MIN_CC = (8, 0)  # bfloat16 needs Ampere or newer
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServeSettings:
+    """vLLM's flags (None = vLLM's default for this GPU) plus the user's target."""
+
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    gpu_memory_utilization: float | None = None
+    dtype: str = "auto"  # --dtype: auto = the checkpoint's dtype
+    quantization: str | None = None  # --quantization: fp8 quantizes a 16-bit checkpoint at load
+    kv_cache_dtype: str = "auto"
+    kv_cache_memory_bytes: int | None = None
+    block_size: int | None = None
+    enable_prefix_caching: bool = True  # vLLM V1 enables it by default
+    enforce_eager: bool = False
+    vllm_version: str = engine.DEFAULT_VLLM_VERSION
+    concurrency: int | None = None  # the user's target: concurrent requests
+    context_tokens: int | None = None  # the user's target: tokens per request
+
+    def __post_init__(self) -> None:
+        checks = {
+            "--tensor-parallel-size": self.tensor_parallel_size,
+            "--pipeline-parallel-size": self.pipeline_parallel_size,
+            "--max-model-len": self.max_model_len,
+            "--max-num-seqs": self.max_num_seqs,
+            "--max-num-batched-tokens": self.max_num_batched_tokens,
+            "--block-size": self.block_size,
+            "--target-concurrency": self.concurrency,
+            "--context": self.context_tokens,
+        }
+        for flag, value in checks.items():
+            if value is not None and value < 1:
+                raise InvalidArgumentError(f"{flag} must be a positive integer, got {value}")
+        util = self.gpu_memory_utilization
+        if util is not None and not 0 < util <= 1:
+            raise InvalidArgumentError(
+                f"--gpu-memory-utilization must be in (0, 1], got {util} "
+                "(it is a fraction, not a percentage)"
+            )
+        if self.kv_cache_memory_bytes is not None and self.kv_cache_memory_bytes <= 0:
+            raise InvalidArgumentError("--kv-cache-memory-bytes must be positive")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResolvedSettings:
+    """The settings vLLM would actually run with."""
+
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    gpu_memory_utilization: float
+    kv_cache_dtype: str
+    block_size: int  # the attention block size after hybrid inflation
+    enable_prefix_caching: bool
+    enforce_eager: bool
+    vllm_version: str
+    concurrency: int
+    context_tokens: int
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CapacityPlan:
+    model: ModelSpec
+    params: ParamCounts
+    gpu: GpuSpec
+    settings: ResolvedSettings
+    behaviour: engine.VllmBehaviour
+    memory: MemoryBreakdown  # the limiting GPU (pipeline stage)
+    weights_total_bytes: float
+    layout: KvLayout
+    num_blocks: int
+    kv_cache_tokens: int  # vLLM's "GPU KV cache size" line
+    max_concurrency: float  # vLLM's "Maximum concurrency for max_model_len tokens"
+    largest_max_model_len: int  # the longest single request the KV cache holds
+    concurrency_at_context: float  # requests of context_tokens that fit at once
+    max_context_at_concurrency: int  # longest context with `concurrency` requests at once
+    kv_bytes_per_token: int  # attention KV per token per GPU (all attention layers)
+    state_bytes_per_sequence: int  # constant state per sequence per GPU (linear attn/Mamba)
+    sequence_bytes_at_context: int  # one sequence at context_tokens, per GPU
+    mamba_block_limit: int | None  # max_num_seqs may not exceed this (hybrids)
+    starts: bool  # vLLM would start with these flags
+    meets_target: bool  # ... and hold the target concurrency at the target context
+    problems: tuple[str, ...]
+    warnings: tuple[str, ...]
+    assumptions: tuple[str, ...]
+    # Whose accounting this is (servefit.core.engines), and its words for the output:
+    engine: str = "vllm"
+    engine_label: str = "vLLM"
+    memory_label: str = "visible to CUDA"  # what memory.total_bytes is
+    budget_label: str = "gpu_memory_utilization"  # what memory.gpu_memory_utilization is
+
+    @property
+    def fits(self) -> bool:
+        return self.starts and self.meets_target
+
+
+def resolve_settings(
+    spec: ModelSpec, gpu: GpuSpec, s: ServeSettings, *, block_size: int = 0
+) -> tuple[ResolvedSettings, engine.VllmBehaviour]:
+    """Step 1: fill in what vLLM would choose for this GPU."""
+    behaviour = engine.vllm_behaviour(s.vllm_version)
+    default_tokens, default_seqs = engine.server_batch_defaults(
+        gpu.cuda_total_bytes, gpu.name, behaviour
+    )
+    max_model_len = s.max_model_len or spec.max_position_embeddings
+    if max_model_len is None:
+        raise InvalidArgumentError(
+            f"{spec.name}: the config has no max_position_embeddings; pass --max-model-len"
+        )
+    max_num_batched_tokens = s.max_num_batched_tokens or default_tokens
+    max_num_seqs = min(s.max_num_seqs or default_seqs, max_num_batched_tokens)
+    resolved = ResolvedSettings(
+        tensor_parallel_size=s.tensor_parallel_size,
+        pipeline_parallel_size=s.pipeline_parallel_size,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        gpu_memory_utilization=s.gpu_memory_utilization or behaviour.default_gpu_memory_utilization,
+        kv_cache_dtype=s.kv_cache_dtype,
+        block_size=block_size or s.block_size or 0,
+        enable_prefix_caching=s.enable_prefix_caching,
+        enforce_eager=s.enforce_eager,
+        vllm_version=behaviour.version,
+        concurrency=s.concurrency or 1,
+        context_tokens=s.context_tokens or max_model_len,
+    )
+    return resolved, behaviour
+
+
+ONLINE_QUANTIZATION = {"fp8": fp8_per_tensor}
+
+
+def auto_dtype(spec: ModelSpec, gpu: GpuSpec) -> str:
+    """What ``--dtype auto`` loads: vLLM downcasts a float32 checkpoint to the platform's
+    preferred dtype (vllm/config/model.py ``_resolve_auto_dtype``): bfloat16 where supported
+    (CUDA compute capability >= 8.0, CPUs, other accelerators), float16 on older NVIDIA GPUs."""
+    if spec.dtype != "float32":
+        return spec.dtype
+    cc = gpu.compute_capability_tuple
+    return "float16" if cc is not None and cc < BF16_MIN_CC else "bfloat16"
+
+
+def apply_load_options(spec: ModelSpec, s: ServeSettings, gpu: GpuSpec) -> ModelSpec:
+    """``--dtype`` and ``--quantization`` change what is loaded."""
+    if s.dtype == "auto" and auto_dtype(spec, gpu) != spec.dtype:
+        spec = replace(spec, dtype=auto_dtype(spec, gpu))
+    elif s.dtype not in ("auto", spec.dtype):
+        dtype_bytes(s.dtype)  # validates the name
+        spec = replace(spec, dtype=s.dtype.removeprefix("torch."))
+    if s.quantization is None:
+        return spec
+    method = s.quantization.lower()
+    if spec.quant.is_quantized:
+        if method not in (spec.quant.method, spec.quant.method.replace("-", "_")):
+            raise InvalidArgumentError(
+                f"--quantization {method} does not match the checkpoint's quantization "
+                f"({spec.quant.method}); vLLM refuses the mismatch. Drop the flag."
+            )
+        return spec
+    make = ONLINE_QUANTIZATION.get(method)
+    if make is None:
+        raise InvalidArgumentError(
+            f"--quantization {method} needs a checkpoint quantized that way; servefit models "
+            f"online quantization for: {', '.join(ONLINE_QUANTIZATION)}"
+        )
+    quant = QuantSpec(
+        method=method, default=make(), description=f"{method.upper()} (quantized at load time)"
+    )
+    return replace(spec, quant=quant)
