@@ -282,3 +282,19 @@ def test_preflight_reads_a_vllm_line_offline_where_the_engine_is_not_importable(
     assert parsed.model == QWEN
     assert parsed.settings["max_model_len"] == 32_000
     assert parsed.settings["max_num_batched_tokens"] == 8 * 1024
+
+
+def test_a_deployment_from_a_vllm_line_relaunches_with_every_flag():
+    from servefit.app.deployment import deployment_from_vllm_command
+
+    line = [
+        "vllm", "serve", QWEN, "--max-model-len", "32k", "--max-num-seqs", "128",
+        "--trust-remote-code", "--served-model-name", "qwen", "--port", "8001",
+    ]  # fmt: skip
+    d = deployment_from_vllm_command(line, hardware=Hardware(gpu="A40"), allow_hub=False)
+    assert d.settings.max_model_len == 32_000 and d.settings.max_num_seqs == 128
+    out = plan_deployment(d, with_performance=False)
+    printed = shlex.split(out.vllm_command)
+    # servefit's flags, then the ones it does not model, verbatim and in order
+    assert printed[-5:] == ["--trust-remote-code", "--served-model-name", "qwen", "--port", "8001"]
+    assert "--max-model-len" in printed and printed[printed.index("--max-model-len") + 1] == "32000"

@@ -126,3 +126,28 @@ def longest_request_tokens(w: Workload) -> int:
     top_in = int(w.input_len.mean * (1 + w.input_len.range_ratio))
     top_out = int(w.output_len.mean * (1 + w.output_len.range_ratio))
     return top_in + top_out
+
+
+def deployment_from_vllm_command(
+    args: list[str],
+    *,
+    hardware: Hardware,
+    workload: Workload | None = None,
+    target: CapacityTarget | None = None,
+    allow_hub: bool = True,
+) -> Deployment:
+    """The deployment a ``vllm serve ...`` line launches (read by servefit's offline reader):
+    its model, the flags servefit models as settings, every other flag carried verbatim."""
+    from servefit.preflight.vllm_args import parse_vllm_command
+
+    parsed = parse_vllm_command(args)
+    return Deployment(
+        model=parsed.model,
+        hardware=hardware,
+        settings=ServeSettings(**parsed.settings),
+        workload=workload or default_workload(concurrency=1, request_rate_per_s=None),
+        is_workload_given=workload is not None,
+        target=target,
+        allow_hub=allow_hub,
+        extra_args=parsed.extra_args,
+    )

@@ -31,7 +31,7 @@ engine reader can.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from servefit.errors import InvalidArgumentError
@@ -78,6 +78,9 @@ class VllmCommand:
     model: str
     settings: dict[str, Any] = field(default_factory=dict)
     is_max_model_len_auto: bool = False
+    # flags servefit does not model (with their values), to carry them verbatim; only the
+    # offline reader collects them, so two readings compare equal without them
+    extra_args: tuple[str, ...] = field(default=(), compare=False)
 
 
 def split_vllm_command(args: list[str]) -> tuple[CommandForm, list[str]]:
@@ -177,6 +180,7 @@ def parse_vllm_command(args: list[str]) -> VllmCommand:
     model_flag: str | None = None
     positionals: list[str] = []  # bare words that no flag we know consumed
     after_unknown: list[str] = []  # bare words right after a flag we do not model
+    extra: list[str] = []  # the flags we do not model, with their values, in order
     raw: dict[str, Any] = {}
     i = 0
     while i < len(rest):
@@ -195,14 +199,20 @@ def parse_vllm_command(args: list[str]) -> VllmCommand:
             i += 1
         elif arg.startswith("-") and len(arg) > 1:
             # A flag servefit does not model: the next bare word may be its value, or not.
+            extra.append(arg)
             if inline is None and i + 1 < len(rest) and not rest[i + 1].startswith("-"):
                 after_unknown.append(rest[i + 1])
+                extra.append(rest[i + 1])
                 i += 1
             i += 1
         else:
             positionals.append(arg)
             i += 1
-    return command_from_values(_model(form, model_flag, positionals, after_unknown), raw)
+    model = _model(form, model_flag, positionals, after_unknown)
+    if model_flag is None and model in after_unknown and model in extra:
+        extra.remove(model)  # `vllm serve --trust-remote-code MODEL`: the word is the model
+    command = command_from_values(model, raw)
+    return replace(command, extra_args=tuple(extra))
 
 
 def _take_value(rest: list[str], i: int, flag: str, inline: str | None) -> tuple[str, int]:
