@@ -298,3 +298,10 @@ def test_a_deployment_from_a_vllm_line_relaunches_with_every_flag():
     # servefit's flags, then the ones it does not model, verbatim and in order
     assert printed[-5:] == ["--trust-remote-code", "--served-model-name", "qwen", "--port", "8001"]
     assert "--max-model-len" in printed and printed[printed.index("--max-model-len") + 1] == "32000"
+
+
+def test_cost_of_a_deployment_that_does_not_start_exits_1_with_the_recommendation():
+    result = run("cost", QWEN, "--gpu", "A40", "--max-model-len", "262144", "--json")
+    assert result.returncode == 1, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["fits"] is False and doc["recommendation"]["vllm_command"].startswith("vllm serve")

@@ -46,8 +46,8 @@ class CostRequest:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CostOutcome:
     plan: PlanOutcome
-    performance: PerformancePlan
-    estimate: CostEstimate
+    performance: PerformancePlan | None  # None: the deployment does not run (see plan)
+    estimate: CostEstimate | None
     usd_per_gpu_hour: float
     price_source: str
     api: ApiPrice | None
@@ -85,16 +85,21 @@ def cost_inputs(
 
 
 def estimate_deployment_cost(d: Deployment, req: CostRequest) -> CostOutcome:
+    """The deployment's cost at its predicted throughput; without a prediction (it does not
+    start, or its workload does not run) the outcome has no estimate and the plan says why."""
     outcome = plan_deployment(d)
     perf = outcome.performance
-    if perf is None:
-        why = (outcome.verdict.reasons or (outcome.performance_note,))[0]
-        raise InvalidArgumentError(
-            f"{outcome.resolved.model_id} on {outcome.capacity.settings.num_gpus} x "
-            f"{outcome.resolved.gpu.name} has no predicted throughput to price: {why}"
-        )
     usd, source = gpu_hour_price(outcome.resolved.gpu.name, req.usd_per_gpu_hour)
     api = req.api()
+    if perf is None:
+        return CostOutcome(
+            plan=outcome,
+            performance=None,
+            estimate=None,
+            usd_per_gpu_hour=usd,
+            price_source=source,
+            api=api,
+        )
     inputs = cost_inputs(perf, outcome.capacity.settings.num_gpus, usd, source, req)
     return CostOutcome(
         plan=outcome,

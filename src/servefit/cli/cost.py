@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from servefit.cli.options import build_deployment, deployment_options
-from servefit.cli.output import EXIT_OK, console, emit_json, fail
+from servefit.cli.output import EXIT_DOES_NOT_FIT, EXIT_OK, console, emit_json, fail
 from servefit.errors import ServefitError
 
 
@@ -68,9 +68,20 @@ def cost(
                 api_usd_per_million_output=api_usd_per_million_output,
             ),
         )
-        doc = cost_outcome_document(outcome)
     except ServefitError as error:
         fail(error)
+    if outcome.estimate is None:  # nothing to price: the plan's verdict and recommendation
+        if as_json:
+            from servefit.adapters.plan_document import outcome_document
+
+            emit_json(outcome_document(outcome.plan))
+        else:
+            from servefit.cli.render import render_verdict
+
+            console().print("[bold]Nothing to price[/]: the deployment does not run as asked")
+            render_verdict(outcome.plan, console())
+        raise SystemExit(EXIT_DOES_NOT_FIT)
+    doc = cost_outcome_document(outcome)
     if as_json:
         emit_json(doc)
     else:
