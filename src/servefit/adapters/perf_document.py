@@ -1,214 +1,34 @@
 """JSON sections for performance, scaling and cost (``plan``, ``compare`` and ``cost``
-``--json``). Seconds, tokens per second and dollars, as named."""
+``--json``). Seconds, tokens per second and dollars, as named.
+
+This module holds the scaling, cost and compare sections and documents; the performance and
+load sections they embed are in :mod:`servefit.adapters.perf_sections` and stay importable
+from here."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pydantic import Field
-
 from servefit import __version__
 from servefit.adapters.document import FrozenDoc
+
+# `X as X`: re-exported, so ``servefit.adapters.perf_document.<name>`` keeps working
+from servefit.adapters.perf_sections import AgentSection as AgentSection
+from servefit.adapters.perf_sections import AgentTurnSection as AgentTurnSection
+from servefit.adapters.perf_sections import LoadSection as LoadSection
+from servefit.adapters.perf_sections import PerformanceSection, performance_section
+from servefit.adapters.perf_sections import StatSection as StatSection
+from servefit.adapters.perf_sections import TurnLoadSection as TurnLoadSection
+from servefit.adapters.perf_sections import load_section as load_section
 
 if TYPE_CHECKING:  # the converters only read attributes: plan --json stays quick to start
     from servefit.app.compare import Comparison
     from servefit.app.cost import CostOutcome
     from servefit.app.scaling import ScalingOutcome
     from servefit.core.cost import CostEstimate
-    from servefit.core.perf import PerformancePlan
     from servefit.core.scaling import LayoutResult
-    from servefit.core.serving import LoadResult, Stat
 
 SCHEMA_VERSION = 1
-
-
-class StatSection(FrozenDoc):
-    mean: float
-    p50: float
-    p90: float
-    p99: float
-
-
-class TurnLoadSection(FrozenDoc):
-    turn: int
-    num_requests: int
-    mean_input_len: float
-    mean_cached_tokens: float
-    ttft_s: StatSection
-    e2e_s: StatSection
-
-
-class LoadSection(FrozenDoc):
-    concurrency: int | None
-    request_rate_per_s: float | None
-    num_requests: int
-    ttft_s: StatSection
-    tpot_s: StatSection
-    e2e_s: StatSection
-    decode_tok_per_s: float  # per request
-    output_throughput_tok_per_s: float
-    total_throughput_tok_per_s: float
-    request_throughput_per_s: float
-    goodput_per_s: float | None
-    mean_batch: float
-    num_preemptions: int
-    kv_blocked_fraction: float
-    bound: str
-    # GPU time by phase (defaults: documents written before these fields)
-    busy_s: float | None = None
-    prefill_gpu_s: float | None = None
-    decode_gpu_s: float | None = None
-    prefill_share: float | None = None
-    num_input_tokens: int | None = None
-    num_cached_tokens: int | None = None
-    num_output_tokens: int | None = None
-    # agent sessions (turns > 1); one turn: every request is a session
-    turns: int = 1
-    num_sessions: int | None = None
-    session_throughput_per_s: float | None = None
-    session_e2e_s: StatSection | None = None
-    by_turn: list[TurnLoadSection] = Field(default_factory=list)
-
-
-class AgentTurnSection(FrozenDoc):
-    turn: int
-    prompt_tokens: int
-    cached_tokens: int
-    ttft_cold_s: float
-    ttft_cached_s: float
-    decode_s: float
-
-
-class AgentSection(FrozenDoc):
-    turns: list[AgentTurnSection]
-    total_ttft_cold_s: float
-    total_ttft_cached_s: float
-    gpu_time_saved_s: float
-    total_decode_s: float
-    reuse_block_tokens: int
-    notes: list[str]
-
-
-class PerformanceSection(FrozenDoc):
-    engine: str
-    efficiency_profile: str
-    workload: str
-    ttft_s: float  # mean TTFT under the workload's load
-    tpot_s: float  # mean time per output token under load
-    decode_tok_per_s: float  # per request, under load
-    output_throughput_tok_per_s: float  # aggregate, under load
-    total_throughput_tok_per_s: float
-    request_throughput_per_s: float
-    bound: str
-    ttft_cold_s: float  # one request alone
-    ttft_cached_prefix_s: float | None
-    tpot_batch1_s: float
-    prefill_bound: str
-    decode_bound: str
-    decode_bytes_per_token: float  # one batch-1 decode step, bytes read per GPU
-    weight_bytes_per_token: float
-    kernel_dtypes: list[str]
-    load: LoadSection
-    curve: list[LoadSection]
-    agent: AgentSection | None
-    assumptions: list[str]
-    session_throughput_per_s: float | None = None  # agent sessions/s under load
-
-
-def _stat(s: Stat) -> StatSection:
-    return StatSection(mean=s.mean, p50=s.p50, p90=s.p90, p99=s.p99)
-
-
-def load_section(r: LoadResult) -> LoadSection:
-    return LoadSection(
-        concurrency=r.concurrency,
-        request_rate_per_s=r.request_rate_per_s,
-        num_requests=r.num_requests,
-        ttft_s=_stat(r.ttft_s),
-        tpot_s=_stat(r.tpot_s),
-        e2e_s=_stat(r.e2e_s),
-        decode_tok_per_s=r.decode_tok_per_s,
-        output_throughput_tok_per_s=r.output_throughput_tok_per_s,
-        total_throughput_tok_per_s=r.total_throughput_tok_per_s,
-        request_throughput_per_s=r.request_throughput_per_s,
-        goodput_per_s=r.goodput_per_s,
-        mean_batch=r.mean_batch,
-        num_preemptions=r.num_preemptions,
-        kv_blocked_fraction=r.kv_blocked_fraction,
-        bound=r.bound.value,
-        busy_s=r.busy_s,
-        prefill_gpu_s=r.prefill_gpu_s,
-        decode_gpu_s=r.decode_gpu_s,
-        prefill_share=r.prefill_share,
-        num_input_tokens=r.num_input_tokens,
-        num_cached_tokens=r.num_cached_tokens,
-        num_output_tokens=r.num_output_tokens,
-        turns=r.turns,
-        num_sessions=r.num_sessions,
-        session_throughput_per_s=r.session_throughput_per_s,
-        session_e2e_s=_stat(r.session_e2e_s),
-        by_turn=[
-            TurnLoadSection(
-                turn=t.turn,
-                num_requests=t.num_requests,
-                mean_input_len=t.mean_input_len,
-                mean_cached_tokens=t.mean_cached_tokens,
-                ttft_s=_stat(t.ttft_s),
-                e2e_s=_stat(t.e2e_s),
-            )
-            for t in r.by_turn
-        ],
-    )
-
-
-def performance_section(p: PerformancePlan) -> PerformanceSection:
-    agent = None
-    if p.agent is not None:
-        a = p.agent
-        agent = AgentSection(
-            turns=[
-                AgentTurnSection(
-                    turn=t.turn,
-                    prompt_tokens=t.prompt_tokens,
-                    cached_tokens=t.cached_tokens,
-                    ttft_cold_s=t.ttft_cold_s,
-                    ttft_cached_s=t.ttft_cached_s,
-                    decode_s=t.decode_s,
-                )
-                for t in a.turns
-            ],
-            total_ttft_cold_s=a.total_ttft_cold_s,
-            total_ttft_cached_s=a.total_ttft_cached_s,
-            gpu_time_saved_s=a.gpu_time_saved_s,
-            total_decode_s=a.total_decode_s,
-            reuse_block_tokens=a.prefix_reuse_block_tokens,
-            notes=list(a.notes),
-        )
-    return PerformanceSection(
-        engine=p.engine,
-        efficiency_profile=p.profile.label,
-        workload=p.workload.describe(),
-        ttft_s=p.ttft_s,
-        tpot_s=p.tpot_s,
-        decode_tok_per_s=p.decode_tok_per_s,
-        output_throughput_tok_per_s=p.output_throughput_tok_per_s,
-        total_throughput_tok_per_s=p.load.total_throughput_tok_per_s,
-        request_throughput_per_s=p.load.request_throughput_per_s,
-        bound=p.bound.value,
-        ttft_cold_s=p.ttft_cold_s,
-        ttft_cached_prefix_s=p.ttft_cached_s,
-        tpot_batch1_s=p.tpot_batch1_s,
-        prefill_bound=p.prefill.bound.value,
-        decode_bound=p.decode.bound.value,
-        decode_bytes_per_token=p.decode_bytes_per_token,
-        weight_bytes_per_token=p.weight_bytes_per_token,
-        kernel_dtypes=list(p.kernel_dtypes),
-        load=load_section(p.load),
-        curve=[load_section(c) for c in p.curve],
-        agent=agent,
-        assumptions=list(p.assumptions),
-        session_throughput_per_s=p.load.session_throughput_per_s,
-    )
 
 
 class LayoutSection(FrozenDoc):
