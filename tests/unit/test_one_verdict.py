@@ -305,3 +305,17 @@ def test_cost_of_a_deployment_that_does_not_start_exits_1_with_the_recommendatio
     assert result.returncode == 1, result.stderr
     doc = json.loads(result.stdout)
     assert doc["fits"] is False and doc["recommendation"]["vllm_command"].startswith("vllm serve")
+
+
+@pytest.mark.parametrize("block", ['"fp8"', "[1, 2]", "4"])
+def test_a_malformed_quantization_block_is_a_config_error_not_an_unquantized_model(
+    tmp_path, block
+):
+    from servefit.adapters.catalog import find_catalog_model
+
+    config = json.dumps(find_catalog_model("Qwen/Qwen3-8B").config)[:-1]
+    (tmp_path / "config.json").write_text(config + f', "quantization_config": {block}}}')
+    result = run("plan", str(tmp_path), "--gpu", "A40", "--max-model-len", "8192")
+    assert result.returncode == 2, result.stdout[-500:] + result.stderr
+    assert result.stderr.startswith("error (model config): ")
+    assert "quantization_config" in result.stderr

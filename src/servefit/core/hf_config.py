@@ -17,6 +17,7 @@ Pure: takes dictionaries, returns values. Reading files and the Hub is the adapt
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 # `X as X`: re-exported, so ``servefit.core.hf_config.<name>`` keeps working
 from servefit.core.hf_families import (
@@ -155,7 +156,9 @@ def spec_from_hf_config(
         )
     vision = _vision_params(vision_config, spec.hidden_size) if vision_config else None
     quant = quant_from_hf(
-        text.get("quantization_config"), hf_quant_config, text.get("quantization")
+        _mapping_or_none(text, "quantization_config", name),
+        hf_quant_config,
+        _mapping_or_none(text, "quantization", name),
     )
     prefix = spec.module_prefix
     if vision_config is not None and prefix == "model.":
@@ -185,3 +188,15 @@ def state_dtype(config: Config) -> str | None:
     text, _ = text_and_vision(config)
     value = text.get("mamba_ssm_dtype")
     return str(value) if value else None
+
+
+def _mapping_or_none(text: Mapping[str, Any], key: str, name: str) -> Mapping[str, Any] | None:
+    """A quantization block is an object or absent: anything else is a malformed config,
+    never a silently unquantized model."""
+    value = text.get(key)
+    if value is None or isinstance(value, Mapping):
+        return value
+    raise ConfigError(
+        f"{name}: {key} must be a JSON object (as the checkpoint's tooling writes it), got "
+        f"{type(value).__name__} {str(value)[:40]!r}; fix or remove it"
+    )
