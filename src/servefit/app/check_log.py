@@ -224,25 +224,27 @@ def merge_settings(
 
 
 def device_for_log(log: StartupLog, hardware: Hardware) -> GpuSpec | None:
-    """The device of a log: the user's ``--gpu``, else the CPU the log describes (its
-    "for KV cache on node 0" line gives the node's memory); None for a GPU log without
-    ``--gpu`` (vLLM does not print the GPU's name)."""
-    if (
-        hardware.gpu is not None and hardware.gpu.strip().lower() not in ("cpu", "auto")
-    ) or hardware.memory_gib is not None:
-        return None  # a catalog or described GPU, resolved as usual
-    if log.value("device") == "CPU" or (hardware.gpu or "").strip().lower() == "cpu":
-        total = log.value("device_total_bytes")
+    """The device of a log: a CPU when the log (or ``--gpu cpu``) says so, with the node's
+    memory from its "GiB for KV cache on node" line (or ``--gpu-memory-gib``); None for a GPU
+    named or described by the user (resolved as usual). vLLM does not print a GPU's name."""
+    name = (hardware.gpu or "").strip().lower()
+    if name == "cpu" or (not name and log.value("device") == "CPU"):
+        total = (
+            int(hardware.memory_gib * GIB_BYTES)
+            if hardware.memory_gib is not None
+            else log.value("device_total_bytes")
+        )
         if total is None:
             raise InvalidArgumentError(
-                "the log does not say how much memory the CPU node has: describe the device "
-                "with --gpu-memory-gib"
+                "the log does not say how much memory the CPU node has: add --gpu-memory-gib N"
             )
         return cpu_device(
             name="CPU (from the log)",
             memory_bytes=int(total),
-            source="the startup log's 'GiB for KV cache on node' line",
+            source="the startup log's 'GiB for KV cache on node' line, or --gpu-memory-gib",
         )
+    if hardware.gpu is not None or hardware.memory_gib is not None:
+        return None
     raise InvalidArgumentError(
         "the log does not name the GPU (vLLM does not print it): pass --gpu NAME "
         "(see `servefit gpus`)"

@@ -609,6 +609,8 @@ def run_up(req: UpRequest, say: Say, echo: Say | None = None) -> UpResult:
             on_line=lines.put,
             grace_s=req.stop_grace_s,
         ) as child:
+            (run_dir / "engine.pid").write_text(f"{child.pid}\n", encoding="utf-8")  # = pgid
+            say(f"  engine pid {child.pid} (its own process group)")
             ready = False
             deadline = t_launch + req.startup_timeout_s
             while not ready:
