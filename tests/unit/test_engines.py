@@ -169,7 +169,7 @@ def test_sglang_uses_vllm_accounting_and_says_so(catalog_model, gpu):
 
 
 def test_engine_names_and_aliases():
-    assert engine_names() == ("vllm", "mlx", "llama.cpp", "sglang", "trtllm")
+    assert engine_names() == ("vllm", "mlx", "llama.cpp", "sglang", "trtllm", "vllm-cpu")
     assert get_engine("MLX-LM").name == "mlx" and get_engine("llama-cpp").name == "llama.cpp"
     with pytest.raises(InvalidArgumentError, match="unknown engine 'tgi'"):
         get_engine("tgi")

@@ -39,7 +39,6 @@ from servefit.adapters.detect import DetectedHardware, detect
 from servefit.adapters.vllm_log import LogFact, StartupLog
 from servefit.app.check_log import (
     Comparison,
-    LogRefusal,
     compare_fact,
     explain_refusal,
     refusals_of,
@@ -48,7 +47,17 @@ from servefit.app.check_log import (
 from servefit.app.deployment import Deployment
 from servefit.app.plan import PlanOutcome, capacity_for, plan_deployment
 from servefit.app.resolve import Resolved, resolve
-from servefit.core.engines.vllm_cpu import CPU_PROCESS_BYTES, KVCACHE_SPACE_ENV
+from servefit.app.up_gate import gate_checks
+from servefit.app.up_report import (
+    UpResult,
+    default_run_dir,
+    describe,
+    num,
+    smoke_bench,
+    write_report,
+    write_startup,
+)
+from servefit.core.engines.vllm_cpu import KVCACHE_SPACE_ENV
 from servefit.core.plan import CapacityPlan
 from servefit.errors import InvalidArgumentError
 from servefit.units import GIB_BYTES
@@ -80,23 +89,6 @@ class UpRequest:
             raise InvalidArgumentError(f"--port must be in 1..65535, got {self.port}")
         if self.smoke_requests < 0:
             raise InvalidArgumentError("--smoke must be >= 0")
-
-
-@dataclass(slots=True)
-class UpResult:
-    exit_code: int
-    run_dir: Path | None = None
-    comparisons: list[Comparison] = field(default_factory=list)
-    refusals: list[LogRefusal] = field(default_factory=list)
-    explanation: str = ""
-    ready_s: float | None = None  # from the command's start to /v1/models answering
-    launch_to_ready_s: float | None = None
-    smoke: dict[str, Any] | None = None
-    command: list[str] = field(default_factory=list)
-
-    @property
-    def findings(self) -> list[str]:
-        return [c.explain() for c in self.comparisons if c.explain()]
 
 
 # ------------------------------------------------------------------------- 1. preliminaries
@@ -190,90 +182,6 @@ def plan_for_launch(
         resolved = replace(resolved, deployment=chosen)
         outcome = plan_deployment(chosen, resolved=resolved)
     return outcome, resolved, env_kv
-
-
-# ----------------------------------------------------------------------------- 4. the gate
-
-
-def cpu_gate(facts: Any, plan: CapacityPlan, hw: DetectedHardware) -> list[Any]:
-    """The links of the preflight chain that apply to vLLM's CPU backend, and the host
-    memory free now (vLLM refuses to start when it asks for more than is available)."""
-    from servefit.preflight import rules
-    from servefit.preflight.rules import Check, Status
-
-    t = facts.torch
-    torch_check = Check(
-        name="PyTorch",
-        status=Status.PASS if t.is_installed and not t.error else Status.FAIL,
-        reason=t.error or (f"torch {t.version}" if t.is_installed else "not installed"),
-        remedy="install the PyTorch build vLLM's CPU wheel requires",
-    )
-    return [
-        torch_check,
-        rules.check_engine_torch(facts),
-        rules.check_model(facts),
-        rules.check_weights_on_disk(facts),
-        rules.check_disk_space(facts, plan.weights_total_bytes),
-        _host_memory_check(plan, hw),
-    ]
-
-
-def _host_memory_check(plan: CapacityPlan, hw: DetectedHardware) -> Any:
-    from servefit.preflight.rules import Check, Status
-
-    name = "plan fits the host memory free now"
-    available = hw.available_memory_bytes
-    if available is None:
-        return Check(name=name, status=Status.SKIP, reason="available memory unknown")
-    m = plan.memory
-    gib = GIB_BYTES
-    if m.is_kv_cache_given:
-        need = m.kv_cache_bytes + m.weights_bytes + CPU_PROCESS_BYTES
-        if need > available:
-            return Check(
-                name=name,
-                status=Status.FAIL,
-                reason=f"the KV cache ({m.kv_cache_bytes / gib:.2f} GiB), the weights and the "
-                f"process need {need / gib:.2f} GiB; {available / gib:.2f} GiB is available",
-                remedy=f"a smaller {KVCACHE_SPACE_ENV} / --kv-cache-memory-bytes",
-            )
-        return Check(
-            name=name,
-            status=Status.PASS,
-            reason=f"{need / gib:.2f} GiB needed, {available / gib:.2f} GiB available",
-        )
-    requested = m.total_bytes * m.gpu_memory_utilization
-    if requested > available:
-        fits = max(available / m.total_bytes - 0.01, 0.01)
-        return Check(
-            name=name,
-            status=Status.FAIL,
-            reason=f"vLLM's CPU worker asks for {m.gpu_memory_utilization:g} x "
-            f"{m.total_bytes / gib:.2f} GiB = {requested / gib:.2f} GiB and refuses to start "
-            f"with {available / gib:.2f} GiB available",
-            remedy=f"set {KVCACHE_SPACE_ENV}=N (GiB) or --kv-cache-memory-bytes, or "
-            f"--gpu-memory-utilization {fits:.2f}",
-        )
-    return Check(
-        name=name,
-        status=Status.PASS,
-        reason=f"{requested / gib:.2f} GiB asked for, {available / gib:.2f} GiB available",
-    )
-
-
-def gate_checks(
-    facts: Any, outcome: PlanOutcome, hw: DetectedHardware, *, allow_hub: bool
-) -> tuple[list[Any], bool]:
-    """The checks and whether the launch may go on."""
-    from servefit.preflight import gate, rules
-
-    if hw.is_cpu:
-        checks = cpu_gate(facts, outcome.capacity, hw)
-        return checks, rules.verdict(checks)
-    result = gate.run_gate(
-        facts, outcome.deployment.engine_settings(), strict=False, allow_hub=allow_hub
-    )
-    return result.checks, result.passed
 
 
 # ------------------------------------------------------------------------ 5. the command
@@ -378,31 +286,6 @@ class StartupWatch:
         self.say(describe(comparison))
 
 
-def _fmt(quantity: str, value: float | None) -> str:
-    if value is None:
-        return "-"
-    if quantity.endswith("_bytes"):
-        return f"{value / GIB_BYTES:.2f} GiB"
-    if quantity == "max_concurrency":
-        return f"{value:.2f}x"
-    return f"{value:,.0f}"
-
-
-def describe(c: Comparison) -> str:
-    mark = "!" if c.explain() else "="
-    given = (
-        f", given the logged KV memory {_fmt(c.quantity, c.predicted_given_logged_kv_memory)}"
-        if c.predicted_given_logged_kv_memory is not None and c.quantity != "block_size"
-        else ""
-    )
-    error = f" ({c.relative_error:+.2%})" if c.relative_error else ""
-    text = (
-        f"  {mark} {c.quantity}: logged {_fmt(c.quantity, c.logged)}, planned "
-        f"{_fmt(c.quantity, c.predicted)}{error}{given}"
-    )
-    return text + (f"\n    finding: {c.explain()}" if c.explain() else "")
-
-
 def _drain(lines: queue.Queue[str], watch: StartupWatch, echo: Say | None, wait_s: float) -> None:
     deadline = time.monotonic() + wait_s
     while True:
@@ -414,130 +297,6 @@ def _drain(lines: queue.Queue[str], watch: StartupWatch, echo: Say | None, wait_
         if echo is not None:
             echo(line)
         watch.feed(line)
-
-
-def smoke_bench(
-    outcome: PlanOutcome, base_url: str, num_requests: int, out_dir: Path
-) -> dict[str, Any]:
-    """A short bench of the planned workload (``servefit.bench``), predicted next to measured."""
-    from servefit.bench.config import BenchConfig
-    from servefit.bench.runner import run
-    from servefit.bench.schedules import Schedule
-    from servefit.bench.workloads import WorkloadConfig
-
-    w = outcome.deployment.workload
-    concurrency = max(1, min(w.concurrency or 1, num_requests))
-    cfg = BenchConfig(
-        base_urls=(base_url,),
-        workload=WorkloadConfig(
-            kind="random",
-            num_requests=num_requests,
-            input_len=w.input_len.mean,
-            output_len=w.output_len.mean,
-        ),
-        schedule=Schedule(concurrency=concurrency),
-        timeout_s=600.0,
-    )
-    result = run(cfg, api_key=None, out_dir=out_dir)
-    s = result.summary
-    perf = outcome.performance
-    return {
-        "requests": num_requests,
-        "concurrency": concurrency,
-        "input_len": w.input_len.mean,
-        "output_len": w.output_len.mean,
-        "successful": s.successful,
-        "errored": s.errored,
-        "incomplete": s.incomplete,
-        "errors": s.errors,
-        "measured": {
-            "ttft_s": s.ttft_s.mean,
-            "tpot_s": s.tpot_s.mean,
-            "output_throughput_tok_per_s": s.output_throughput_tok_per_s,
-        },
-        "predicted": {
-            "ttft_s": perf.ttft_s if perf else None,
-            "tpot_s": perf.tpot_s if perf else None,
-            "output_throughput_tok_per_s": perf.output_throughput_tok_per_s if perf else None,
-        },
-        "interrupted": result.interrupted,
-    }
-
-
-def write_report(run_dir: Path, outcome: PlanOutcome, result: UpResult, hw: str) -> None:
-    """``report.md``: the plan, the startup log held against it, the smoke bench."""
-    plan = outcome.capacity
-    lines = [
-        f"# servefit up: {outcome.resolved.model_id}",
-        "",
-        f"- hardware: {hw}",
-        f"- engine: {plan.engine_label} {plan.settings.vllm_version}",
-        f"- command: `{' '.join(result.command)}`",
-        f"- verdict: {outcome.verdict.headline}",
-    ]
-    if result.ready_s is not None:
-        lines.append(
-            f"- ready {result.ready_s:.1f} s after the command started "
-            f"({result.launch_to_ready_s:.1f} s after launch)"
-        )
-    lines += [
-        "",
-        "## Startup log against the plan",
-        "",
-        "| quantity | logged | planned | error | planned given logged KV memory |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    for c in result.comparisons:
-        error = f"{c.relative_error:+.2%}" if c.relative_error is not None else "-"
-        lines.append(
-            f"| {c.quantity} | {_fmt(c.quantity, c.logged)} | {_fmt(c.quantity, c.predicted)} "
-            f"| {error} | {_fmt(c.quantity, c.predicted_given_logged_kv_memory)} |"
-        )
-    lines += ["", "Findings: " + ("; ".join(result.findings) or "none (all within 2 %)")]
-    if result.explanation:
-        lines += ["", "## Engine refusal", "", result.explanation]
-    if result.smoke is not None:
-        s = result.smoke
-        lines += [
-            "",
-            "## Smoke bench (predicted next to measured)",
-            "",
-            f"{s['requests']} requests of {s['input_len']} + {s['output_len']} tokens at "
-            f"concurrency {s['concurrency']}: {s['successful']} ok, {s['errored']} errors, "
-            f"{s['incomplete']} incomplete",
-            "",
-            "| metric | predicted | measured |",
-            "| --- | --- | --- |",
-        ]
-        for key in ("ttft_s", "tpot_s", "output_throughput_tok_per_s"):
-            p, m = s["predicted"][key], s["measured"][key]
-            lines.append(
-                f"| {key} | {'-' if p is None else f'{p:.4g}'} | "
-                f"{'-' if m is None else f'{m:.4g}'} |"
-            )
-        lines += [
-            "",
-            "Predictions on a CPU rest on an assumed memory bandwidth and the generic "
-            "efficiency profile; capacity figures do not.",
-        ]
-    (run_dir / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-
-def _startup_doc(result: UpResult, watch: StartupWatch) -> dict[str, Any]:
-    return {
-        "schema_version": 1,
-        "engine_version": watch.log.engine_version,
-        "comparisons": [c.as_dict() for c in result.comparisons],
-        "findings": result.findings,
-        "refusals": [{"kind": r.kind.value, "line": r.line, **r.detail} for r in result.refusals],
-        "explanation": result.explanation,
-        "ready_s": result.ready_s,
-        "launch_to_ready_s": result.launch_to_ready_s,
-    }
-
-
-def default_run_dir() -> Path:
-    return Path("servefit-runs") / time.strftime("up-%Y%m%d-%H%M%S")
 
 
 def run_up(req: UpRequest, say: Say, echo: Say | None = None) -> UpResult:
@@ -634,7 +393,7 @@ def run_up(req: UpRequest, say: Say, echo: Say | None = None) -> UpResult:
                         f"see {run_dir / 'vllm.log'}"
                     )
                 say(result.explanation)
-                _write_startup(run_dir, result, watch)
+                write_startup(run_dir, result, watch.log)
                 write_report(run_dir, outcome, result, hw.description)
                 return result
             now = time.monotonic()
@@ -656,13 +415,13 @@ def run_up(req: UpRequest, say: Say, echo: Say | None = None) -> UpResult:
                 s = result.smoke
                 say(
                     f"  {s['successful']} ok, {s['errored']} errors, {s['incomplete']} incomplete;"
-                    f" TTFT {_num(s['measured']['ttft_s'])} s (planned "
-                    f"{_num(s['predicted']['ttft_s'])}), TPOT {_num(s['measured']['tpot_s'])} s "
-                    f"(planned {_num(s['predicted']['tpot_s'])})"
+                    f" TTFT {num(s['measured']['ttft_s'])} s (planned "
+                    f"{num(s['predicted']['ttft_s'])}), TPOT {num(s['measured']['tpot_s'])} s "
+                    f"(planned {num(s['predicted']['tpot_s'])})"
                 )
                 if s["errored"] or s["incomplete"]:
                     result.exit_code = 1
-            _write_startup(run_dir, result, watch)
+            write_startup(run_dir, result, watch.log)
             write_report(run_dir, outcome, result, hw.description)
             say(f"Run folder: {run_dir}")
             if req.is_check_only:
@@ -679,13 +438,3 @@ def run_up(req: UpRequest, say: Say, echo: Say | None = None) -> UpResult:
         if result.ready_s is None:
             result.exit_code = 130
         return result
-
-
-def _write_startup(run_dir: Path, result: UpResult, watch: StartupWatch) -> None:
-    (run_dir / "startup.json").write_text(
-        json.dumps(_startup_doc(result, watch), indent=2), encoding="utf-8"
-    )
-
-
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}"

@@ -111,7 +111,7 @@ def check_log(log: str, model: str | None, strict: bool, as_json: bool, **flags:
             }
         )
     else:
-        from servefit.app.up import describe
+        from servefit.app.up_report import describe
 
         plan = outcome.capacity
         click.echo(

@@ -80,11 +80,11 @@ class ServingEngine(Protocol):
 
 _ENGINES: dict[str, ServingEngine] = {
     "vllm": VllmEngine(),
-    "vllm-cpu": VllmCpuEngine(),
     "mlx": MlxEngine(),
     "llama.cpp": LlamaCppEngine(),
     "sglang": VllmAccountedEngine(name="sglang", label="SGLang"),
     "trtllm": VllmAccountedEngine(name="trtllm", label="TensorRT-LLM"),
+    "vllm-cpu": VllmCpuEngine(),
 }
 _ALIASES = {
     "mlx-lm": "mlx",
