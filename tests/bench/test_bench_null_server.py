@@ -374,47 +374,23 @@ def test_prefix_cache_comparison_runs_cold_then_warm(instant_server, tmp_path):
 
 
 def test_sweep_and_slo_search_find_the_servers_capacity(tmp_path):
-    # A server that serves 8 requests at once: TTFT 20 ms, then 40 tokens 5 ms apart, so a
-    # request holds a slot ~215 ms. With c > 8 clients the extra ones wait for a slot: at
-    # c = 9 about 215/8 ~ 27 ms, so TTFT ~ 47 ms. With a p99 TTFT SLO of 35 ms the highest
-    # concurrency that holds is 8 (margin ~10 ms on either side for a loaded machine).
-    server, url = _start_null_server("--ttft-ms", "20", "--itl-ms", "5", "--max-concurrency", "8")
+    # A server that serves 4 requests at once: TTFT 20 ms, then 20 tokens 20 ms apart, so a
+    # request holds a slot ~400 ms. Up to 4 clients nobody queues (TTFT ~20 ms); from 5 on,
+    # the requests beyond 4 sent at the start wait a whole request (~400 ms) for a slot. With
+    # a p99 TTFT SLO of 150 ms the highest concurrency that holds is 4, with ~130 ms of room
+    # for a loaded machine on one side and ~250 ms on the other.
+    server, url = _start_null_server("--ttft-ms", "20", "--itl-ms", "20", "--max-concurrency", "4")
+    small = ["--num-requests", "8", "--output-len", "20", "--json"]
+    slo = ["--search-slo", "--slo-ttft-ms", "150", "--slo-percentile", "99"]
     try:
         sweep = subprocess.run(
-            [
-                *SERVEFIT,
-                "bench",
-                url,
-                "--concurrency",
-                "2,16",
-                "--num-requests",
-                "32",
-                "--output-len",
-                "40",
-                "--json",
-                "--output",
-                str(tmp_path / "sweep"),
-            ],
+            [*SERVEFIT, "bench", url, "--concurrency", "2,16", *small, "--output", str(tmp_path)],
             capture_output=True,
             text=True,
             timeout=120,
         )
         search = subprocess.run(
-            [
-                *SERVEFIT,
-                "bench",
-                url,
-                "--search-slo",
-                "--slo-ttft-ms",
-                "35",
-                "--slo-percentile",
-                "99",
-                "--num-requests",
-                "24",
-                "--output-len",
-                "40",
-                "--json",
-            ],
+            [*SERVEFIT, "bench", url, *slo, *small],
             capture_output=True,
             text=True,
             timeout=300,
@@ -428,11 +404,15 @@ def test_sweep_and_slo_search_find_the_servers_capacity(tmp_path):
     assert (
         high["result"]["summary"]["ttft_s"]["p90"] > 2 * low["result"]["summary"]["ttft_s"]["p90"]
     )
-    assert (tmp_path / "sweep" / "c16" / "requests.jsonl").exists()
+    assert (tmp_path / "c16" / "requests.jsonl").exists()
+    assert json.loads((tmp_path / "sweep.json").read_text()) == doc
+    assert search.returncode == 0, search.stderr
     result = json.loads(search.stdout)
-    assert result["mode"] == "search" and result["best_concurrency"] == 8
+    assert result["mode"] == "search" and result["best_concurrency"] == 4
+    assert result["slo"] == {"ttft_ms": 150.0, "tpot_ms": None, "e2el_ms": None}
     tried = [lv["concurrency"] for lv in result["levels"]]
-    assert tried[:5] == [1, 2, 4, 8, 16]
+    assert tried == [1, 2, 4, 8, 6, 5]  # doubling, then bisecting (4, 8)
+    assert [lv["meets_slo"] for lv in result["levels"]] == [True] * 3 + [False] * 3
 
 
 def test_server_side_ttft_and_samples(null_server, tmp_path):

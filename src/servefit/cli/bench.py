@@ -64,12 +64,32 @@ BENCH_OPTIONS = [
     _opt("--replica", "replicas", multiple=True, help="Another base URL of the same model."),
     _opt("--session-affinity", is_flag=True, help="Send a session's turns to one replica."),
     _opt("--model", "model_name", help="Model name to request [the first of /v1/models]."),
-    _opt("--endpoint", type=click.Choice(["completions", "chat"]), default="completions"),
-    _opt("--api-key-env", default="OPENAI_API_KEY", show_default=True, help="Env var of the key."),
+    _opt(
+        "--endpoint",
+        type=click.Choice(["completions", "chat"]),
+        default="completions",
+        show_default=True,
+    ),
+    _opt(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        show_default=True,
+        help="Environment variable holding the API key (the key itself is never written).",
+    ),
     _opt("--workload", type=click.Choice(WORKLOADS), default="random", show_default=True),
-    _opt("--input-len", type=int, default=256, show_default=True, help="Prompt tokens (mean)."),
-    _opt("--output-len", type=int, default=128, show_default=True, help="Output tokens (mean)."),
-    _opt("--num-requests", type=int, default=100, show_default=True, help="(agent: sessions)"),
+    _opt(
+        "--input-len", type=int, default=256, show_default=True, help="Prompt tokens (chat: mean)."
+    ),
+    _opt(
+        "--output-len", type=int, default=128, show_default=True, help="Output tokens (chat: mean)."
+    ),
+    _opt(
+        "--num-requests",
+        type=int,
+        default=100,
+        show_default=True,
+        help="Requests (agent: sessions).",
+    ),
     _opt(
         "--concurrency",
         help="Closed loop: requests in flight (with a rate: the cap). 1,4,16 sweeps.",
@@ -157,9 +177,12 @@ def bench(url: str, **flags: Any) -> None:
 
     from servefit.bench.config import bench_setup
 
-    output_dir, monitor, as_json = flags.pop("output_dir"), flags.pop("monitor"), flags["as_json"]
+    output_dir, monitor, as_json = (
+        flags.pop("output_dir"),
+        flags.pop("monitor"),
+        flags.pop("as_json"),
+    )
     plan = flags.pop("plan_model"), flags.pop("plan_gpu"), flags.pop("plan_tp")
-    del flags["as_json"]
     try:
         cfg, levels = bench_setup(url=url, **flags)
     except ServefitError as error:
