@@ -18,10 +18,7 @@ MAX_MODULE_LINES = 450
 # the time), each to be split by whoever owns it next; drop an entry once it fits.
 OVER_THE_LIMIT = {
     "servefit.adapters.report",  # report sections and both renderers
-    "servefit.core.ops",  # operator rows of every layer kind
-    "servefit.core.plan",  # the capacity plan's numbered steps
     "servefit.core.serving",  # the serving simulator
-    "servefit.core.weights",  # weight bytes per layer kind
     "servefit.preflight.rules",  # the preflight rules
 }
 
