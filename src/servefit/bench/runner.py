@@ -2,8 +2,9 @@
 
 Every finished request is appended to ``requests.jsonl`` (and flushed) the moment it ends;
 ``summary.json`` embeds the full configuration, the servefit version and the server's
-identity. Ctrl-C, a dead server, timeouts and HTTP errors all end in a valid summary with
-successful / errored / incomplete counted apart.
+identity. Ctrl-C, a server that dies mid-run, timeouts and HTTP errors all end in a valid
+summary with successful / errored / incomplete counted apart. A server that does not answer
+before the first request is a :class:`servefit.errors.ServerError` (nothing was sent).
 """
 
 from __future__ import annotations
@@ -265,7 +266,8 @@ async def run_bench(
     out_dir: Path | None,
     listener: Callable[[RequestRecord], None] | None = None,
 ) -> BenchResult:
-    """Run one benchmark; always returns a result, also when interrupted."""
+    """Run one benchmark; returns a result once the server answered, also when interrupted
+    or when the server dies mid-run (raises ServerError if it never answered)."""
     writer = ResultWriter(out_dir, listener)
     clock = Clock()
     interrupted = False
