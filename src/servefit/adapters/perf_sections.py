@@ -9,9 +9,8 @@ tokens per second, as named. The scaling, cost and compare documents that embed 
 
 from __future__ import annotations
 
+from dataclasses import field
 from typing import TYPE_CHECKING
-
-from pydantic import Field
 
 from servefit.adapters.document import FrozenDoc
 
@@ -65,7 +64,7 @@ class LoadSection(FrozenDoc):
     num_sessions: int | None = None
     session_throughput_per_s: float | None = None
     session_e2e_s: StatSection | None = None
-    by_turn: list[TurnLoadSection] = Field(default_factory=list)
+    by_turn: list[TurnLoadSection] = field(default_factory=list)
 
 
 class AgentTurnSection(FrozenDoc):
