@@ -12,12 +12,14 @@ import tomllib
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from servefit.core.cost import ApiPrice
 from servefit.core.hardware import GpuCatalog
-from servefit.core.roofline import EfficiencyTable, profile_from_row
 from servefit.errors import ConfigError, InvalidArgumentError
+
+if TYPE_CHECKING:  # the performance and cost models load only when a plan predicts speed
+    from servefit.core.cost import ApiPrice
+    from servefit.core.roofline import EfficiencyTable
 
 MODELS_PACKAGE = "servefit.data"
 
@@ -38,6 +40,8 @@ def gpu_catalog() -> GpuCatalog:
 @cache
 def efficiency_table() -> EfficiencyTable:
     """The performance model's efficiency factors per hardware class and engine."""
+    from servefit.core.roofline import EfficiencyTable, profile_from_row
+
     raw = tomllib.loads(_data_file("efficiency.toml").read_text(encoding="utf-8"))
     if raw.get("schema_version") != 1:
         raise ConfigError(
@@ -111,6 +115,8 @@ def gpu_price(gpu_name: str) -> tuple[float, str] | None:
 
 def api_price(name: str) -> ApiPrice:
     """A per-token API price from the catalog, by (case-insensitive) name."""
+    from servefit.core.cost import ApiPrice
+
     rows = _prices()["api"]
     for row in rows:
         if row["name"].lower() == name.lower():
