@@ -147,6 +147,7 @@ _REFUSALS: tuple[tuple[Refusal, re.Pattern[str]], ...] = (
             r"Model architectures? \[.*\] (?:are|is) not supported|"
             r"does not appear to have a file named|Can't load the configuration|"
             r"Invalid repository ID or local directory)"
+            r"|SafetensorError|Error while deserializing header"
         ),
     ),
 )

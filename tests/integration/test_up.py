@@ -1,0 +1,267 @@
+"""``servefit up`` end to end on the real vLLM CPU build (``.venv-vllm``), run as a user runs
+it (the CLI in a subprocess), on the tiny random-weight models of ``make_tiny_model.py``.
+
+* the dense tiny Llama, ``--check-only --smoke 4``: the logged "CPU KV cache size" and
+  "Maximum concurrency" equal the plan's exactly, the block size served is the plan's (128),
+  the smoke bench has no error, the run folder holds every artefact, nothing is left running;
+* a hybrid linear-attention tiny model, the same way, when ``make_tiny_model.py`` builds one
+  (its ``ARCHS`` decide; none is built today: the parameter list says so);
+* SIGINT and SIGTERM to ``up`` while vLLM starts: the engine's process group is gone after;
+* a failing gate launches nothing; an engine that refuses (unreadable weights) is reported
+  with its reason and exit 1; a port in use and a missing engine: one line, exit 2.
+
+One server at a time; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import make_tiny_model
+import vllm_server as helper
+
+pytestmark = pytest.mark.integration
+
+UP_TIMEOUT_S = 600.0
+GATE_TIMEOUT_S = 240.0
+HYBRID_ARCHS = [a for a in make_tiny_model.ARCHS if a not in ("llama", "moe", "sliding")]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+    )
+    env.pop("VLLM_CPU_KVCACHE_SPACE", None)
+    return env
+
+
+def _up_args(model_dir: Path, run_dir: Path, port: int, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "servefit.cli.main",
+        "up",
+        str(model_dir),
+        "--gpu",
+        "cpu",
+        "--python",
+        str(helper.VLLM_PYTHON),
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(helper.MAX_MODEL_LEN),
+        "--enforce-eager",
+        "--kv-cache-memory-bytes",
+        "1GiB",
+        "--run-dir",
+        str(run_dir),
+        "--quiet-log",
+        *extra,
+    ]
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _processes_with(needle: str) -> list[str]:
+    """Command lines of live processes that contain ``needle`` (this test's port)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if needle in cmdline and "pytest" not in cmdline:
+            found.append(f"{proc.name}: {cmdline[:200]}")
+    return found
+
+
+def _assert_nothing_left(run_dir: Path, port: int) -> None:
+    pid_file = run_dir / "engine.pid"
+    if pid_file.exists():
+        pgid = int(pid_file.read_text())
+        deadline = time.monotonic() + 30
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not _group_alive(pgid), f"vLLM's process group {pgid} is still alive"
+    assert _processes_with(f"--port {port}") == []
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    if not helper.VLLM_PYTHON.exists():
+        pytest.fail(
+            f"{helper.VLLM_PYTHON} does not exist: run {helper.INSTALL_SCRIPT}", pytrace=False
+        )
+    work = tmp_path_factory.mktemp("up-models")
+    return {arch: helper.build_tiny_model(work, arch=arch) for arch in ["llama", *HYBRID_ARCHS]}
+
+
+@pytest.mark.parametrize("arch", ["llama", *HYBRID_ARCHS])
+def test_up_check_only_matches_the_plan_exactly(arch, models, tmp_path):
+    run_dir, port = tmp_path / "run", helper.free_port()
+    args = _up_args(models[arch], run_dir, port, "--check-only", "--smoke", "4")
+    args += ["--input-len", "64", "--output-len", "16", "--concurrency", "2"]
+    t0 = time.monotonic()
+    done = subprocess.run(
+        args, capture_output=True, text=True, env=_env(), timeout=UP_TIMEOUT_S, check=False
+    )
+    seconds = time.monotonic() - t0
+    assert done.returncode == 0, done.stdout + done.stderr
+    startup = json.loads((run_dir / "startup.json").read_text())
+    by = {c["quantity"]: c for c in startup["comparisons"]}
+    for quantity in ("kv_cache_tokens", "max_concurrency"):
+        assert by[quantity]["predicted"] == by[quantity]["logged"], by[quantity]
+        assert by[quantity]["predicted_given_logged_kv_memory"] == by[quantity]["logged"]
+    assert by["kv_cache_memory_bytes"]["logged"] == 2**30
+    assert by["block_size"]["predicted"] == by["block_size"]["logged"]
+    assert startup["findings"] == [] and startup["refusals"] == []
+    for name in ("plan.json", "command.json", "vllm.log", "startup.json", "report.md"):
+        assert (run_dir / name).stat().st_size > 0, name
+    summary = json.loads((run_dir / "bench" / "summary.json").read_text())["summary"]
+    assert (summary["successful"], summary["errored"], summary["incomplete"]) == (4, 0, 0)
+    assert len((run_dir / "bench" / "requests.jsonl").read_text().splitlines()) == 4
+    assert "Findings: none" in done.stdout
+    _assert_nothing_left(run_dir, port)
+    print(f"\n{arch}: command to ready {startup['ready_s']:.1f} s, whole up {seconds:.1f} s")
+    print(done.stdout)
+
+
+def _wait_for(path: Path, text: str, timeout_s: float, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text(errors="replace"):
+            return
+        if process.poll() is not None:
+            raise AssertionError(f"up exited early ({process.returncode})")
+        time.sleep(1.0)
+    raise AssertionError(f"{text!r} not in {path} after {timeout_s:.0f} s")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_killed_up_leaves_no_vllm_process(sig, models, tmp_path):
+    run_dir, port = tmp_path / "run", helper.free_port()
+    process = subprocess.Popen(
+        _up_args(models["llama"], run_dir, port),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=_env(),
+    )
+    try:
+        # signalled once vLLM's engine core (a child of the server) exists
+        _wait_for(run_dir / "vllm.log", "Initializing a V1 LLM engine", UP_TIMEOUT_S, process)
+        process.send_signal(sig)
+        out, _ = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+    text = out.decode(errors="replace")
+    assert "nothing is left running" in text, text
+    assert process.returncode == 130
+    _assert_nothing_left(run_dir, port)
+
+
+def test_a_failing_gate_launches_nothing(models, tmp_path):
+    run_dir, port = tmp_path / "run", helper.free_port()
+    args = _up_args(models["llama"], run_dir, port, "--check-only")
+    args[args.index("1GiB")] = "4096GiB"  # more KV cache than the host has
+    done = subprocess.run(
+        args, capture_output=True, text=True, env=_env(), timeout=GATE_TIMEOUT_S, check=False
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "fail  plan fits the host memory free now" in done.stdout
+    assert "Not launched" in done.stdout
+    assert not (run_dir / "engine.pid").exists()
+    assert _processes_with(f"--port {port}") == []
+
+
+def test_an_engine_refusal_is_reported_with_its_reason(models, tmp_path):
+    broken = tmp_path / "broken-model"
+    shutil.copytree(models["llama"], broken)
+    for weights in broken.glob("*.safetensors"):
+        weights.write_bytes(b"\xff" * weights.stat().st_size)  # present, unreadable
+    run_dir, port = tmp_path / "run", helper.free_port()
+    done = subprocess.run(
+        _up_args(broken, run_dir, port, "--check-only"),
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=UP_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "vLLM refused to start: the engine cannot load this model" in done.stdout
+    startup = json.loads((run_dir / "startup.json").read_text())
+    assert startup["refusals"][0]["kind"] == "model_not_loadable"
+    _assert_nothing_left(run_dir, port)
+
+
+def test_a_port_in_use_is_one_line(models, tmp_path):
+    with socket.socket() as busy:
+        busy.bind((helper.HOST, 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = subprocess.run(
+            _up_args(models["llama"], tmp_path / "run", port),
+            capture_output=True,
+            text=True,
+            env=_env(),
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and f"port {port}" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_missing_engine_is_one_line(models, tmp_path):
+    args = _up_args(models["llama"], tmp_path / "run", helper.free_port())
+    args[args.index(str(helper.VLLM_PYTHON))] = sys.executable  # servefit's env: no vLLM
+    done = subprocess.run(
+        args, capture_output=True, text=True, env=_env(), timeout=GATE_TIMEOUT_S, check=False
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "no vLLM is installed" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_model_servefit_cannot_read_is_one_line(tmp_path):
+    empty = tmp_path / "not-a-model"
+    empty.mkdir()
+    done = subprocess.run(
+        _up_args(empty, tmp_path / "run", helper.free_port()),
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=GATE_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith("error (")
+    assert not (tmp_path / "run").exists()
