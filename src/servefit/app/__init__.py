@@ -25,6 +25,8 @@ cost                               :mod:`servefit.app.cost`
 report                             :mod:`servefit.app.report`
 scaling (TP x PP x DP layouts)     :mod:`servefit.app.scaling`
 bench --plan-model                 :mod:`servefit.app.bench`
+up (detect, plan, gate, launch)    :mod:`servefit.app.up`
+check-log                          :mod:`servefit.app.check_log`
 =================================  ================================================
 """
 
@@ -49,6 +51,9 @@ _EXPORTS = {
     "report_deployment": "servefit.app.report",
     "ScalingRequest": "servefit.app.scaling",
     "plan_deployment_scaling": "servefit.app.scaling",
+    "UpRequest": "servefit.app.up",
+    "run_up": "servefit.app.up",
+    "check_startup_log": "servefit.app.check_log",
 }
 
 __all__ = list(_EXPORTS)
