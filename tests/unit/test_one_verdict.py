@@ -308,9 +308,7 @@ def test_cost_of_a_deployment_that_does_not_start_exits_1_with_the_recommendatio
 
 
 @pytest.mark.parametrize("block", ['"fp8"', "[1, 2]", "4"])
-def test_a_malformed_quantization_block_is_a_config_error_not_an_unquantized_model(
-    tmp_path, block
-):
+def test_a_malformed_quantization_block_is_a_config_error_not_an_unquantized_model(tmp_path, block):
     from servefit.adapters.catalog import find_catalog_model
 
     config = json.dumps(find_catalog_model("Qwen/Qwen3-8B").config)[:-1]
@@ -319,3 +317,24 @@ def test_a_malformed_quantization_block_is_a_config_error_not_an_unquantized_mod
     assert result.returncode == 2, result.stdout[-500:] + result.stderr
     assert result.stderr.startswith("error (model config): ")
     assert "quantization_config" in result.stderr
+
+
+def test_plan_on_this_machines_cpu_uses_vllms_cpu_backend():
+    # Llama-3.2-1B: 16 layers x 2 (K, V) x 8 KV heads x 64 dims x 2 bytes = 32 KiB per token;
+    # the CPU backend's block is 128 tokens (vllm/platforms/cpu.py), so a block is 4 MiB and
+    # a given 1 GiB holds 256 blocks; a 4,096-token request needs 32: 8 at once, and vLLM
+    # >= 0.32 prints int(8 x 4096) = 32,768 tokens, calling the device "CPU".
+    result = run(
+        "plan", "meta-llama/Llama-3.2-1B-Instruct", "--gpu", "cpu", "--max-model-len", "4096",
+        "--kv-cache-memory-bytes", "1G", "--no-performance", "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    memory = json.loads(result.stdout)["memory"]
+    assert memory["num_blocks"] == 256
+    assert memory["max_concurrency"] == pytest.approx(8.0)
+    assert memory["kv_cache_tokens"] == 32_768
+    text = run(
+        "plan", "meta-llama/Llama-3.2-1B-Instruct", "--gpu", "cpu", "--max-model-len", "4096",
+        "--kv-cache-memory-bytes", "1G", "--no-performance",
+    ).stdout  # fmt: skip
+    assert "CPU KV cache size: 32,768 tokens" in text and "visible to CUDA" not in text

@@ -21,8 +21,13 @@ if TYPE_CHECKING:
     from servefit.core.roofline import EfficiencyProfile
 
 
+# --gpu names that mean "the hardware of this machine" (detected), not a catalog entry
+DETECTED_NAMES = frozenset({"auto", "cpu", "host", "host-cpu"})
+
+
 def resolve_gpu(hw: Hardware, calibration: CalibrationDocument | None = None) -> GpuSpec:
-    """The catalog GPU, a custom one, or (with only a calibration) the measured device."""
+    """The catalog GPU, a custom one, this machine's (``--gpu auto``, ``--gpu cpu``), or
+    (with only a calibration) the measured device."""
     if hw.gpu is None and hw.memory_gib is None:
         if calibration is not None:
             from servefit.calibrate.profile import calibrated_device
@@ -32,6 +37,10 @@ def resolve_gpu(hw: Hardware, calibration: CalibrationDocument | None = None) ->
             "name a GPU with --gpu (see `servefit gpus`) or describe one with "
             "--gpu-memory-gib and --gpu-bandwidth-gbps"
         )
+    if hw.gpu is not None and hw.gpu.strip().lower() in DETECTED_NAMES:
+        from servefit.adapters.detect import detect
+
+        return detect(hw.gpu).device  # this machine: NVIDIA GPUs through NVML, or its CPU
     base = gpu_catalog().get(hw.gpu) if hw.gpu else None
     if base is not None and hw.memory_gib is None and hw.bandwidth_gb_per_s is None:
         return base

@@ -56,6 +56,7 @@ def render_capacity(
     checkpoint_bytes: int | None = None,
 ) -> None:
     """The model, where the memory goes, and the KV cache as the engine reports it."""
+    device = "CPU" if plan.gpu.vendor == "cpu" else "GPU"  # as vLLM names the device
     spec, p, m, r = plan.model, plan.params, plan.memory, plan.settings
     gpus = f"{r.num_gpus} x {plan.gpu.name}" if r.num_gpus > 1 else plan.gpu.name
     under = f"{plan.engine_label} {r.vllm_version}".rstrip()  # other engines: no version
@@ -77,7 +78,8 @@ def render_capacity(
         )
 
     table = Table(
-        title=f"Memory per GPU ({_gib(m.total_bytes)} {plan.memory_label})", title_justify="left"
+        title=f"Memory per {device} ({_gib(m.total_bytes)} {plan.memory_label})",
+        title_justify="left",
     )
     table.add_column("part")
     table.add_column("size", justify="right")
@@ -101,7 +103,7 @@ def render_capacity(
     console.print(f"[bold]KV cache[/] (as {plan.engine_label} {held})")
     source = "given (--kv-cache-memory-bytes)" if m.is_kv_cache_given else "predicted"
     console.print(f"  Available KV cache memory: {_gib(m.kv_cache_bytes)} ({source})")
-    console.print(f"  GPU KV cache size: {plan.kv_cache_tokens:,} tokens")
+    console.print(f"  {device} KV cache size: {plan.kv_cache_tokens:,} tokens")
     console.print(
         f"  Maximum concurrency for {r.max_model_len:,} tokens per request: "
         f"{plan.max_concurrency:.2f}x"
@@ -113,16 +115,16 @@ def render_capacity(
     )
     if plan.kv_bytes_per_token:
         console.print(
-            f"  attention KV per token: {plan.kv_bytes_per_token / 1024:,.1f} KiB per GPU"
+            f"  attention KV per token: {plan.kv_bytes_per_token / 1024:,.1f} KiB per {device}"
         )
     if plan.state_bytes_per_sequence:
         console.print(
             f"  constant state per sequence: {plan.state_bytes_per_sequence / MIB:,.1f} MiB "
-            "per GPU (linear attention / Mamba layers, whatever the context)"
+            f"per {device} (linear attention / Mamba layers, whatever the context)"
         )
     console.print(
         f"  one sequence of {r.context_tokens:,} tokens: "
-        f"{plan.sequence_bytes_at_context / MIB:,.1f} MiB per GPU; "
+        f"{plan.sequence_bytes_at_context / MIB:,.1f} MiB per {device}; "
         f"{plan.concurrency_at_context:.2f} such sequences fit at once"
     )
     console.print(f"  longest single request that fits: {plan.largest_max_model_len:,} tokens")
