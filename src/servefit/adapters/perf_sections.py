@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 from servefit.adapters.document import FrozenDoc
 
 if TYPE_CHECKING:  # the converters only read attributes: plan --json stays quick to start
+    from servefit.core.metrics import Stat
     from servefit.core.perf import PerformancePlan
-    from servefit.core.serving import LoadResult, Stat
+    from servefit.core.serving import LoadResult
 
 
 class StatSection(FrozenDoc):
