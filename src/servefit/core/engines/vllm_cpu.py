@@ -11,6 +11,11 @@ What differs from vLLM on CUDA, read from vLLM 0.32's ``vllm/platforms/cpu.py``
   memory). Resident memory is not computed by vLLM but measured (``psutil`` RSS after the
   warm-up); servefit takes the weights plus :data:`CPU_PROCESS_BYTES` and says so.
 - **Block size 128** unless ``--block-size`` is given; the reference CPU MLA kernel forces 16.
+  A hybrid (attention + Gated DeltaNet / Mamba) raises it in steps of the block in force
+  (``CpuPlatform.update_block_size_for_backend`` calls ``Platform._align_hybrid_block_size``,
+  :func:`servefit.core.kv_cache.hybrid_block_size`): 128, 256, 384, ... by default, never
+  steps of 16; the CPU attention kernel's smallest block is 32 (``cpu_attn.py``
+  ``get_supported_kernel_block_sizes``: ``MultipleOf(32)``).
 - **Scheduler defaults** of the API server: ``max_num_batched_tokens`` 2048 and
   ``max_num_seqs`` 128, each x the world size (TP x PP).
 - **No CUDA graphs**, so no graph pool and no "Mamba cache blocks vs max_num_seqs" check
@@ -48,6 +53,10 @@ LABEL = "vLLM CPU"
 KVCACHE_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"  # whole GiB (vllm/platforms/cpu.py: int(...))
 CPU_BLOCK_SIZE = 128  # vllm/platforms/cpu.py: default when --block-size is not given
 CPU_MLA_BLOCK_SIZE = 16  # "The CPU MLA decode kernel only compiles with block_size=16"
+# The smallest block each CPU attention kernel takes (vLLM 0.32, get_supported_kernel_block_
+# sizes): vllm/v1/attention/backends/cpu_attn.py [MultipleOf(32)], mla/cpu_mla.py [16]
+CPU_KERNEL_BLOCK_SIZE = 32
+CPU_MLA_KERNEL_BLOCK_SIZE = 16
 # vllm/engine/arg_utils.py, get_batch_defaults, "cpu specific default values" (OpenAI server)
 CPU_SERVER_MAX_NUM_BATCHED_TOKENS = 2048
 CPU_SERVER_MAX_NUM_SEQS = 128
@@ -97,6 +106,13 @@ def cpu_block_size(spec: ModelSpec, settings: ServeSettings) -> int:
     if any(isinstance(layer.mixer, MlaSpec) for layer in spec.layers):
         return CPU_MLA_BLOCK_SIZE  # forced, whatever --block-size says
     return settings.block_size or CPU_BLOCK_SIZE
+
+
+def cpu_kernel_block_size(spec: ModelSpec) -> int:
+    """The smallest block the CPU attention kernel takes: a hybrid's block is rounded to it."""
+    if any(isinstance(layer.mixer, MlaSpec) for layer in spec.layers):
+        return CPU_MLA_KERNEL_BLOCK_SIZE
+    return CPU_KERNEL_BLOCK_SIZE
 
 
 def cpu_state_dtype(spec: ModelSpec, gpu: GpuSpec, mamba_ssm_dtype: str | None) -> str | None:
@@ -170,7 +186,13 @@ class VllmCpuEngine:
             enforce_eager=True,  # no CUDA graphs on the CPU: no pool, no Mamba-blocks check
         )
         state_dtype = cpu_state_dtype(spec, gpu, mamba_ssm_dtype)
-        plan = plan_capacity(spec, gpu, cpu, mamba_ssm_dtype=state_dtype)
+        plan = plan_capacity(
+            spec,
+            gpu,
+            cpu,
+            mamba_ssm_dtype=state_dtype,
+            kernel_block_size=cpu_kernel_block_size(spec),
+        )
         memory = replace(
             plan.memory,
             cuda_graph_bytes=0,
