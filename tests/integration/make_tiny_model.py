@@ -7,7 +7,7 @@ the weights are random (seeded), and both are written with Hugging Face's own wr
 Runs with the vLLM virtual environment's interpreter (transformers, tokenizers and torch
 are vLLM dependencies; servefit's own environment does not have them)::
 
-    .venv-vllm/bin/python tests/integration/make_tiny_model.py OUT_DIR [--arch llama|moe|sliding]
+    .venv-vllm/bin/python tests/integration/make_tiny_model.py OUT_DIR [--arch ARCH]
 
 ``--arch`` picks the architecture (same tokenizer, same width, bf16):
 
@@ -18,6 +18,16 @@ are vLLM dependencies; servefit's own environment does not have them)::
   attention (``layer_types``), 4 query / 2 KV heads of 32 dims. vLLM keeps the two kinds in
   separate KV-cache groups, and a sliding layer needs only
   ``cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), block) + 1`` blocks.
+* ``hybrid``: ``Qwen3NextForCausalLM`` (model_type ``qwen3_next``), 4 layers: 3 Gated
+  DeltaNet (linear attention: 2 key / 4 value heads of 64 dims, conv kernel 4) and 1 gated
+  full attention (4 query / 2 KV heads of 32 dims), as ``full_attention_interval`` 4 lays
+  them out; every layer's MLP is a 4-expert MoE (top-2, 64-wide) with a 64-wide shared
+  expert. One state page is (4 - 1) x (2 x 128 + 256) conv x 2 bytes + 4 x 64 x 64 ssm x
+  2 bytes = 35,840 bytes, more than one 128-token attention page (128 x 2 x 2 x 32 x 2 =
+  32,768 bytes): vLLM raises the attention block so one attention page holds a state page,
+  in steps of the block in force (256 on the CPU backend's 128, 160 with ``--block-size 32``,
+  192 with 64). Qwen3.5 (``qwen3_5_text``) would do as well, but vLLM 0.32's Qwen3.5 module
+  imports its vision tower, which needs torchvision: the CPU environment has none.
 
 The checkpoint is bfloat16 (``--dtype float32`` writes a float32 one). vLLM's CPU backend
 runs bf16, fp16 and fp32 (head size 32 is supported), bf16 included on AVX2-only hosts. Do not
@@ -129,7 +139,14 @@ MOE_INTERMEDIATE_SIZE = 64
 # --arch sliding (Gemma 2): layers alternate sliding / full; the window is far below 4096
 SLIDING_NUM_LAYERS = 4
 SLIDING_WINDOW = 64
-ARCHS = ("llama", "moe", "sliding")
+# --arch hybrid (Qwen3-Next): Gated DeltaNet layers, one full-attention layer in four
+HYBRID_NUM_LAYERS = 4
+HYBRID_FULL_ATTENTION_INTERVAL = 4
+HYBRID_LINEAR_KEY_HEADS = 2
+HYBRID_LINEAR_VALUE_HEADS = 4
+HYBRID_LINEAR_HEAD_DIM = 64  # key and value heads
+HYBRID_CONV_KERNEL = 4
+ARCHS = ("llama", "moe", "sliding", "hybrid")
 
 
 def _special_ids(tokenizer) -> dict:
@@ -197,6 +214,43 @@ def _sliding_model(tokenizer, dtype: str):
     return Gemma2ForCausalLM(config)
 
 
+def _hybrid_model(tokenizer, dtype: str):
+    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+
+    config = Qwen3NextConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=HIDDEN_SIZE,
+        intermediate_size=INTERMEDIATE_SIZE,
+        num_hidden_layers=HYBRID_NUM_LAYERS,
+        num_attention_heads=NUM_HEADS,
+        num_key_value_heads=NUM_KV_HEADS,
+        head_dim=HIDDEN_SIZE // NUM_HEADS,
+        layer_types=[
+            "full_attention"
+            if (i + 1) % HYBRID_FULL_ATTENTION_INTERVAL == 0
+            else "linear_attention"
+            for i in range(HYBRID_NUM_LAYERS)
+        ],
+        linear_conv_kernel_dim=HYBRID_CONV_KERNEL,
+        linear_key_head_dim=HYBRID_LINEAR_HEAD_DIM,
+        linear_value_head_dim=HYBRID_LINEAR_HEAD_DIM,
+        linear_num_key_heads=HYBRID_LINEAR_KEY_HEADS,
+        linear_num_value_heads=HYBRID_LINEAR_VALUE_HEADS,
+        num_experts=MOE_NUM_EXPERTS,
+        num_experts_per_tok=MOE_EXPERTS_PER_TOKEN,
+        moe_intermediate_size=MOE_INTERMEDIATE_SIZE,
+        shared_expert_intermediate_size=MOE_INTERMEDIATE_SIZE,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+        norm_topk_prob=True,
+        max_position_embeddings=MAX_POSITION_EMBEDDINGS,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        **_special_ids(tokenizer),
+    )
+    return Qwen3NextForCausalLM(config)
+
+
 def build_model(out_dir: Path, tokenizer, dtype: str = DTYPE, arch: str = "llama") -> dict:
     if arch != "llama":
         return _build_other_model(out_dir, tokenizer, dtype, arch)
@@ -239,7 +293,7 @@ def build_model(out_dir: Path, tokenizer, dtype: str = DTYPE, arch: str = "llama
 def _build_other_model(out_dir: Path, tokenizer, dtype: str, arch: str) -> dict:
     import torch
 
-    makers = {"moe": _moe_model, "sliding": _sliding_model}
+    makers = {"moe": _moe_model, "sliding": _sliding_model, "hybrid": _hybrid_model}
     if arch not in makers:
         raise ValueError(f"unknown arch {arch!r}; choose from {', '.join(ARCHS)}")
     torch.manual_seed(SEED)
@@ -255,6 +309,10 @@ def _build_other_model(out_dir: Path, tokenizer, dtype: str, arch: str) -> dict:
         # spell it "num_experts". Write the published spelling: transformers and vLLM read
         # both, servefit only the published one.
         data["num_experts"] = data.pop("num_local_experts")
+    if arch == "hybrid":
+        # the published Qwen3-Next configs spell the layout both ways; servefit and vLLM
+        # read layer_types, and full_attention_interval documents it
+        data["full_attention_interval"] = HYBRID_FULL_ATTENTION_INTERVAL
     config_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return {
         "arch": arch,
