@@ -56,7 +56,7 @@ _EXPORTS = {
     "Slo": "servefit.core.workload",
     "PerformancePlan": "servefit.core.perf",
     "plan_performance": "servefit.core.perf",
-    "fixed_workload": "servefit.core.perf",
+    "fixed_workload": "servefit.core.workload",
     "CostInputs": "servefit.core.cost",
     "estimate_cost": "servefit.core.cost",
     "diagnose": "servefit.core.diagnosis",

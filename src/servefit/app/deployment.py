@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from servefit.core.plan import ServeSettings
-from servefit.core.workload import LengthDist, Slo, Workload
+from servefit.core.workload import Slo, Workload, fixed_workload
 from servefit.errors import InvalidArgumentError
 
 DEFAULT_INPUT_LEN = 1024
@@ -106,14 +106,15 @@ def default_workload(
     client cap, as ``vllm bench serve --request-rate`` without ``--max-concurrency``."""
     if concurrency is None and request_rate_per_s is None:
         concurrency = 1
-    return Workload(
-        input_len=LengthDist(mean=input_len, range_ratio=range_ratio),
-        output_len=LengthDist(mean=output_len, range_ratio=range_ratio),
+    return fixed_workload(
+        input_len,
+        output_len,
         concurrency=concurrency,
         request_rate_per_s=request_rate_per_s,
         num_requests=num_requests,
         prefix_len=prefix_len,
         turns=turns,
+        range_ratio=range_ratio,
     )
 
 

@@ -41,7 +41,8 @@ from servefit.core.roofline import (
     step_time,
 )
 from servefit.core.serving import LoadResult, ServingLimits, simulate
-from servefit.core.workload import LengthDist, Slo, Workload
+from servefit.core.workload import Slo, Workload
+from servefit.core.workload import fixed_workload as fixed_workload
 from servefit.errors import InvalidArgumentError
 
 CURVE_MAX_POINTS = 10
@@ -340,26 +341,4 @@ def _at_concurrency(w: Workload, concurrency: int) -> Workload:
         prefix_len=w.prefix_len,
         turns=w.turns,
         seed=w.seed,
-    )
-
-
-def fixed_workload(
-    input_len: int,
-    output_len: int,
-    *,
-    concurrency: int | None = 1,
-    request_rate_per_s: float | None = None,
-    num_requests: int | None = None,
-    prefix_len: int = 0,
-    turns: int = 1,
-    range_ratio: float = 0.0,
-) -> Workload:
-    return Workload(
-        input_len=LengthDist(mean=input_len, range_ratio=range_ratio),
-        output_len=LengthDist(mean=output_len, range_ratio=range_ratio),
-        concurrency=concurrency,
-        request_rate_per_s=request_rate_per_s,
-        num_requests=num_requests,
-        prefix_len=prefix_len,
-        turns=turns,
     )

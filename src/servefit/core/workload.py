@@ -195,3 +195,26 @@ def sample_sessions(w: Workload) -> tuple[SessionSpec, ...]:
             turns.append(RequestSpec(arrival_s=None, input_len=prompt, output_len=output))
         out.append(SessionSpec(arrival_s=arrival, turns=tuple(turns)))
     return tuple(out)
+
+
+def fixed_workload(
+    input_len: int,
+    output_len: int,
+    *,
+    concurrency: int | None = 1,
+    request_rate_per_s: float | None = None,
+    num_requests: int | None = None,
+    prefix_len: int = 0,
+    turns: int = 1,
+    range_ratio: float = 0.0,
+) -> Workload:
+    """A workload of fixed (or ``range_ratio``-spread) lengths."""
+    return Workload(
+        input_len=LengthDist(mean=input_len, range_ratio=range_ratio),
+        output_len=LengthDist(mean=output_len, range_ratio=range_ratio),
+        concurrency=concurrency,
+        request_rate_per_s=request_rate_per_s,
+        num_requests=num_requests,
+        prefix_len=prefix_len,
+        turns=turns,
+    )
