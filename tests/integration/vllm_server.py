@@ -165,7 +165,7 @@ def start(
 ) -> VllmServer:
     """As :func:`start_server`, returning a :class:`VllmServer`.
 
-    ``arch`` is ``make_tiny_model.py --arch`` (llama, moe, sliding); the model is served
+    ``arch`` is ``make_tiny_model.py --arch`` (llama, moe, sliding, hybrid); the model is served
     as ``tiny-<arch>``. ``extra_args`` are appended to the server's command line (e.g.
     ``["--max-num-batched-tokens", "512"]``).
     """
