@@ -1,5 +1,5 @@
-"""servefit's capacity planner against a real vLLM 0.32 engine (CPU build) on two more
-architectures: a tiny MoE and a tiny sliding-window hybrid.
+"""servefit's capacity planner against a real vLLM 0.32 engine (CPU build) on three more
+architectures: a tiny MoE, a tiny sliding-window hybrid and a tiny linear-attention hybrid.
 
 Each architecture gets its own server (``make_tiny_model.py --arch moe|sliding``), started
 by a module-scoped fixture that reads what the engine built (startup log and ``/metrics``),
@@ -26,6 +26,15 @@ sends one completion, and stops the server before any test runs: one server at a
 
   (vLLM 0.32 counts ``max_in_flight_tokens`` = max_concurrent_batches x
   max_num_batched_tokens; the CPU platform turns async scheduling off, so that is 1 x 512.)
+
+* ``hybrid``: ``Qwen3NextForCausalLM``, 3 Gated DeltaNet + 1 gated attention layer, bf16,
+  served with ``--block-size 64`` (``test_up.py`` serves it at the CPU's default 128). vLLM
+  raises the block in steps of the block in force (``Platform._align_hybrid_block_size``,
+  ``vllm/platforms/interface.py``): one state page is 35,840 bytes (bf16 state; a CPU with
+  AVX-512 BF16 keeps it in fp32: 68,608), an attention token 256 bytes, so 64 x cdiv(35,840,
+  64 x 256) = 192 tokens (servefit's old steps of 16 said 144). 1 GiB / (192 x 256) = 21,845
+  blocks; a 4,096-token request needs cdiv(4096, 192) = 22 + 3 GDN groups x 2 (``align``
+  mode, prefix caching on) = 28: 780.18x.
 """
 
 from __future__ import annotations
@@ -41,7 +50,9 @@ from pathlib import Path
 
 import pytest
 
+from servefit.adapters.detect import detect_cpu
 from servefit.adapters.model_source import load_model
+from servefit.core.engines.vllm_cpu import VllmCpuEngine
 from servefit.core.hardware import custom_gpu
 from servefit.core.plan import ServeSettings, plan_capacity
 
@@ -59,6 +70,12 @@ ARCHS = {
     "moe": {"architecture": "Qwen3MoeForCausalLM", "max_num_batched_tokens": 2048},
     # small enough that the 64-token window cuts a sliding layer's need (6 blocks, not 32)
     "sliding": {"architecture": "Gemma2ForCausalLM", "max_num_batched_tokens": 512},
+    # a user block below the raise: vLLM raises it in steps of 64, not 16 nor 128
+    "hybrid": {
+        "architecture": "Qwen3NextForCausalLM",
+        "max_num_batched_tokens": 2048,
+        "block_size": 64,
+    },
 }
 
 RESOLVED_ARCH_RE = re.compile(r"Resolved architecture: (?P<arch>\w+)")
@@ -76,6 +93,8 @@ def _serve_and_collect(arch: str, tmp_path_factory: pytest.TempPathFactory) -> d
         )
     mnbt = ARCHS[arch]["max_num_batched_tokens"]
     extra = ["--max-num-batched-tokens", str(mnbt), "--max-num-seqs", str(MAX_NUM_SEQS)]
+    if "block_size" in ARCHS[arch]:
+        extra += ["--block-size", str(ARCHS[arch]["block_size"])]
     work_dir = tmp_path_factory.mktemp(f"vllm-{arch}")
     t0 = time.monotonic()
     server = helper.start(helper.free_port(), work_dir, python=python, arch=arch, extra_args=extra)
@@ -114,6 +133,7 @@ def _serve_and_collect(arch: str, tmp_path_factory: pytest.TempPathFactory) -> d
         max_num_batched_tokens=mnbt,
         max_num_seqs=MAX_NUM_SEQS,
         seconds=round(time.monotonic() - t0, 1),
+        startup_seconds=round(server.startup_seconds, 1),
     )
     return facts
 
@@ -128,6 +148,12 @@ def moe_engine(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def sliding_engine(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """What vLLM built for the tiny Gemma 2 (its server already stopped)."""
     return _serve_and_collect("sliding", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def hybrid_engine(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """What vLLM built for the tiny Qwen3-Next at --block-size 64 (its server stopped)."""
+    return _serve_and_collect("hybrid", tmp_path_factory)
 
 
 def _plan(model_dir: Path, f: dict):
@@ -214,3 +240,39 @@ def test_moe_config_as_transformers5_saves_it(moe_engine, tmp_path):
             shutil.copy(f["model_dir"] / name, tmp_path / name)
     plan = _plan(tmp_path, f)
     assert plan.max_concurrency == pytest.approx(f["max_concurrency"], rel=REL_TOL)
+
+
+HYBRID_BLOCK_RAISE_RE = re.compile(r"Setting attention block size to (?P<block>\d+) tokens")
+
+
+def test_hybrid_block_size_64_plans_as_the_engine_runs(hybrid_engine):
+    """Planned as a user plans it (``--gpu cpu --block-size 64``, the host's ISA flags), not
+    given the block the engine chose: the raised block, the blocks, the logged KV cache
+    size and concurrency are the engine's exactly."""
+    f = hybrid_engine
+    assert f["resolved_architecture"] == "Qwen3NextForCausalLM"
+    assert f["non_default_args"]["block_size"] == 64
+    loaded = load_model(str(f["model_dir"]), allow_hub=False)
+    settings = ServeSettings(
+        max_model_len=f["max_model_len"],
+        kv_cache_memory_bytes=f["kv_cache_memory_bytes"],
+        block_size=64,
+        max_num_batched_tokens=f["max_num_batched_tokens"],
+        max_num_seqs=f["max_num_seqs"],
+        vllm_version="0.32",
+    )
+    host = detect_cpu().device
+    plan = VllmCpuEngine().plan(loaded.spec, host, settings, mamba_ssm_dtype=loaded.mamba_ssm_dtype)
+    report = _report(f, plan) + f" (server ready in {f['startup_seconds']} s)"
+    print("\n" + report)
+    raised = HYBRID_BLOCK_RAISE_RE.search(f["log_path"].read_text(errors="replace"))
+    assert raised and int(raised.group("block")) == f["block_size"], report
+    assert plan.settings.block_size == f["block_size"], report
+    assert plan.num_blocks == f["num_blocks"], report
+    assert plan.kv_cache_tokens == f["kv_cache_tokens"], report
+    assert plan.max_concurrency == pytest.approx(
+        float(f["metrics"]["kv_cache_max_concurrency"]), rel=1e-12
+    ), report
+    assert f"{plan.max_concurrency:.2f}" == f"{f['max_concurrency']:.2f}", report
+    if "avx512_bf16" not in host.architecture.split():  # bf16 state: the docstring's numbers
+        assert (plan.settings.block_size, plan.num_blocks) == (192, 21_845)
