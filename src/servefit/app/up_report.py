@@ -51,7 +51,9 @@ def describe(c: Comparison) -> str:
         if c.predicted_given_logged_kv_memory is not None and c.quantity != "block_size"
         else ""
     )
-    error = f" ({c.relative_error:+.2%})" if c.relative_error else ""
+    # an error that rounds to 0.00 % is the log's own rounding (vLLM prints "%.2fx")
+    shown = f"{c.relative_error:+.2%}" if c.relative_error else ""
+    error = f" ({shown})" if shown not in ("", "+0.00%", "-0.00%") else ""
     text = (
         f"  {mark} {c.quantity}: logged {fmt(c.quantity, c.logged)}, planned "
         f"{fmt(c.quantity, c.predicted)}{error}{given}"
