@@ -265,10 +265,16 @@ def render_verdict(outcome: PlanOutcome, console: Console) -> None:
         console.print("[bold]Recommendation[/] (every change together, re-planned: it fits)")
         for ch in rec.changes:
             console.print(f"  {ch.flag} {ch.before} -> {ch.after}: {ch.gives_up}", highlight=False)
-        c = rec.capacity
+        c, rv = rec.capacity, rec.verdict
+        held = (
+            f"; {rv.workload_requests_held:,.2f} of the workload's {rv.workload_tokens:,}-token "
+            "requests"
+            if rv.workload_tokens
+            else ""
+        )
         console.print(
             f"  then: {c.kv_cache_tokens:,} tokens of KV cache, {c.max_concurrency:,.2f} requests "
-            f"of {c.settings.max_model_len:,} tokens at once",
+            f"of {c.settings.max_model_len:,} tokens at once{held}",
             highlight=False,
         )
         console.print(f"  {outcome.recommended_command}", soft_wrap=True, highlight=False)
