@@ -35,11 +35,19 @@ from servefit.core.hf_families import (
     parse_standard,
 )
 from servefit.core.hf_fields import FAMILY_DEFAULTS as FAMILY_DEFAULTS
-from servefit.core.hf_fields import STRUCTURAL_FIELDS, Config, Fields, text_and_vision
+from servefit.core.hf_fields import (
+    MAX_PARAMS,
+    STRUCTURAL_FIELDS,
+    Config,
+    Fields,
+    show,
+    text_and_vision,
+)
 from servefit.core.hf_hybrid import NEMOTRON_H_SYMBOLS as NEMOTRON_H_SYMBOLS
 from servefit.core.hf_hybrid import parse_jamba, parse_nemotron_h, parse_qwen_hybrid
 from servefit.core.model_spec import ModelSpec, VisionSpec
 from servefit.core.quant import quant_from_hf
+from servefit.core.weights import count_params
 from servefit.errors import ConfigError, UnsupportedArchitectureError
 
 _FAMILIES: dict[str, Callable[[Fields, str], ModelSpec]] = {
@@ -87,32 +95,29 @@ _FAMILIES: dict[str, Callable[[Fields, str], ModelSpec]] = {
 SUPPORTED_MODEL_TYPES = tuple(sorted(_FAMILIES))
 
 
-def _vision_params(v: Config, text_hidden: int) -> VisionSpec:
+def _vision_params(v: Config, text_hidden: int, where: str) -> VisionSpec:
     """Parameters of a ViT-style vision tower and its projector, from ``vision_config``.
 
     Per block: Q/K/V/O with biases, an MLP (gated when the activation is SiLU), two norms.
     Plus the patch embedding, position embeddings and a merger/projector into the text
     width. An estimate (stated in reports): towers differ in small details.
     """
-    depth = int(v.get("depth") or v.get("num_hidden_layers") or 0)
-    hv = int(v.get("hidden_size") or v.get("embed_dim") or 0)
-    iv = int(v.get("intermediate_size") or 4 * hv)
-    if depth <= 0 or hv <= 0:
-        raise ConfigError("vision_config: need depth/num_hidden_layers and hidden_size")
-    gated = str(v.get("hidden_act", "gelu")) == "silu"
+    f = Fields(v, where=f"{where}: vision_config")
+    depth = f.int("depth", "num_hidden_layers")
+    hv = f.int("hidden_size", "embed_dim")
+    iv = f.int("intermediate_size", default=4 * hv)
+    gated = f.text("hidden_act", default="gelu") == "silu"
     block = 4 * hv * hv + 4 * hv + (3 if gated else 2) * hv * iv + iv + hv + 4 * hv
-    patch = int(v.get("patch_size", 14))
-    channels = int(v.get("in_channels", v.get("num_channels", 3)))
-    temporal = int(v.get("temporal_patch_size", 1))
+    patch = f.int("patch_size", default=14)
+    channels = f.int("in_channels", "num_channels", default=3)
+    temporal = f.int("temporal_patch_size", default=1)
     patch_embed = channels * temporal * patch * patch * hv + hv
-    if v.get("num_position_embeddings"):
-        positions = int(v["num_position_embeddings"])
-    elif v.get("image_size"):
-        positions = (int(v["image_size"]) // patch) ** 2
-    else:
-        positions = 0
-    merge = int(v.get("spatial_merge_size", 1))
-    out = int(v.get("out_hidden_size") or text_hidden)
+    positions = f.optional_int("num_position_embeddings")
+    if positions is None:
+        image = f.optional_int("image_size")
+        positions = (image // patch) ** 2 if image else 0
+    merge = f.int("spatial_merge_size", default=1)
+    out = f.int("out_hidden_size", default=text_hidden)
     merged = hv * merge * merge
     projector = (
         merged + merged * merged + merged + merged * out + out if merge > 1 else hv * out + hv
@@ -133,10 +138,11 @@ def spec_from_hf_config(
     """Interpret a Hugging Face ``config.json`` (and optional ``hf_quant_config.json``)."""
     if not isinstance(config, Mapping):
         raise ConfigError(f"{name}: config.json must be a JSON object, got {type(config).__name__}")
-    text, vision_config = text_and_vision(config)
-    architectures = config.get("architectures") or []
-    architecture = str(architectures[0]) if architectures else ""
-    model_type = str(text.get("model_type") or config.get("model_type") or "")
+    text, vision_config = text_and_vision(config, name)
+    architecture = _architecture(config, name)
+    model_type = text.get("model_type") or config.get("model_type") or ""
+    if not isinstance(model_type, str):
+        raise ConfigError(f"{name}: model_type must be a string, got {show(model_type)}")
     parser = _FAMILIES.get(model_type)
     if parser is None:
         structural = sorted(k for k in text if k in STRUCTURAL_FIELDS)
@@ -154,7 +160,7 @@ def spec_from_hf_config(
             f"{name}: model_type {model_type!r} carries fields servefit cannot interpret for "
             f"this family: {', '.join(leftover)}. Refusing to guess (it would mis-size the model)."
         )
-    vision = _vision_params(vision_config, spec.hidden_size) if vision_config else None
+    vision = _vision_params(vision_config, spec.hidden_size, name) if vision_config else None
     quant = quant_from_hf(
         _mapping_or_none(text, "quantization_config", name),
         hf_quant_config,
@@ -163,7 +169,7 @@ def spec_from_hf_config(
     prefix = spec.module_prefix
     if vision_config is not None and prefix == "model.":
         prefix = "model.language_model."
-    return ModelSpec(
+    model = ModelSpec(
         name=name,
         architecture=architecture,
         model_type=model_type,
@@ -181,6 +187,31 @@ def spec_from_hf_config(
         rope_cache_positions=spec.rope_cache_positions,
         rope_cache_dims=spec.rope_cache_dims,
     )
+    _check_size(model)
+    return model
+
+
+def _architecture(config: Config, name: str) -> str:
+    """The first of ``architectures`` (a list of class names), or "" when absent."""
+    architectures = config.get("architectures")
+    if architectures is None:
+        return ""
+    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+        raise ConfigError(
+            f"{name}: architectures must be a list of class names, got {show(architectures)}"
+        )
+    return architectures[0] if architectures else ""
+
+
+def _check_size(model: ModelSpec) -> None:
+    """Every field within its limit can still multiply into an impossible model."""
+    total = count_params(model).total
+    if total >= MAX_PARAMS:
+        raise ConfigError(
+            f"{model.name}: the config describes {total:.3g} parameters, beyond the "
+            f"{MAX_PARAMS:.0e} servefit accepts (100x the largest published model, Kimi-K2's "
+            "1.04e12): a size field is wrong"
+        )
 
 
 def state_dtype(config: Config) -> str | None:
@@ -198,5 +229,5 @@ def _mapping_or_none(text: Mapping[str, Any], key: str, name: str) -> Mapping[st
         return value
     raise ConfigError(
         f"{name}: {key} must be a JSON object (as the checkpoint's tooling writes it), got "
-        f"{type(value).__name__} {str(value)[:40]!r}; fix or remove it"
+        f"{show(value)}; fix or remove it"
     )

@@ -32,19 +32,20 @@ GEMMA3_DEFAULT_SLIDING_PATTERN = 6  # transformers Gemma3TextConfig.sliding_wind
 
 def parse_standard(f: Fields, name: str) -> ModelSpec:
     """Llama, Mistral, Qwen2/3, Phi-3/4, Granite, OLMo ...: one attention + one dense MLP."""
-    model_type = str(f.get("model_type"))
+    model_type = f.text("model_type")
     n = f.int("num_hidden_layers")
     window: int | None = None
     if model_type in ("qwen2", "qwen3", "qwen3_vl_text"):
-        use_window = bool(f.get("use_sliding_window", default=False))
+        use_window = f.bool("use_sliding_window", default=False)
         max_window_layers = f.int("max_window_layers", default=n)
-        base_window = window_of(f) if use_window else None
+        base_window = window_of(f)  # read (and checked) even when unused
+        base_window = base_window if use_window else None
     else:
         window = window_of(f)
         base_window, max_window_layers = window, 0
     types = layer_types_of(f, n)
     flags = {
-        "has_qkv_bias": bool(f.get("attention_bias", default=model_type == "qwen2")),
+        "has_qkv_bias": f.bool("attention_bias", default=model_type == "qwen2"),
         "has_qk_norm": model_type in ("qwen3", "qwen3_vl_text"),
     }
     if model_type == "qwen2":
@@ -61,7 +62,7 @@ def parse_standard(f: Fields, name: str) -> ModelSpec:
 
 def parse_gemma(f: Fields, name: str) -> ModelSpec:
     """Gemma 1/2/3: tied embeddings; Gemma 2 alternates local/global, Gemma 3 is 5:1."""
-    model_type = str(f.get("model_type"))
+    model_type = f.text("model_type")
     n = f.int("num_hidden_layers")
     types = layer_types_of(f, n)
     window = window_of(f)
@@ -96,12 +97,12 @@ def moe_from_qwen(f: Fields, *, shared_gate: bool) -> MoeSpec:
         num_experts_per_token=f.int("num_experts_per_tok"),
         expert_intermediate_size=f.int("moe_intermediate_size"),
         shared_intermediate_size=f.int("shared_expert_intermediate_size", default=0),
-        has_shared_gate=shared_gate and bool(f.get("shared_expert_intermediate_size")),
+        has_shared_gate=shared_gate and f.int("shared_expert_intermediate_size", default=0) > 0,
     )
 
 
 def qwen_is_sparse(f: Fields, i: int) -> bool:
-    mlp_only = set(f.get("mlp_only_layers", default=[]) or [])
+    mlp_only = f.layer_indices("mlp_only_layers")
     step = f.int("decoder_sparse_step", default=1)
     experts = f.int("num_experts", "num_local_experts", default=0)
     return i not in mlp_only and experts > 0 and (i + 1) % step == 0
@@ -109,16 +110,18 @@ def qwen_is_sparse(f: Fields, i: int) -> bool:
 
 def parse_qwen_moe(f: Fields, name: str) -> ModelSpec:
     """Qwen2-MoE / Qwen3-MoE: sparse layers chosen by decoder_sparse_step and mlp_only_layers."""
-    model_type = str(f.get("model_type"))
+    model_type = f.text("model_type")
     n = f.int("num_hidden_layers")
     is_qwen2 = model_type == "qwen2_moe"
-    window = window_of(f) if f.get("use_sliding_window", default=False) else None
+    window = window_of(f)  # read (and checked) even when unused
+    window = window if f.bool("use_sliding_window") else None
     layers = []
     for i in range(n):
         attn = attention_spec(f, window=window, has_qkv_bias=is_qwen2, has_qk_norm=not is_qwen2)
         mlp: Mlp = moe_from_qwen(f, shared_gate=True) if qwen_is_sparse(f, i) else dense_mlp_spec(f)
         layers.append(LayerSpec(mixer=attn, mlp=mlp))
-    f.get("max_window_layers")
+    f.optional_int("max_window_layers")
+    f.optional_int("intermediate_size")  # checked even when every layer is sparse
     return build_spec(f, name=name, layers=layers)
 
 
@@ -145,14 +148,14 @@ def parse_gpt_oss(f: Fields, name: str) -> ModelSpec:
         has_expert_bias=True,
         has_router_bias=True,
     )
-    f.get("experts_per_token")
+    f.optional_int("experts_per_token")
     layers = []
     for t in types:
         attn = attention_spec(
             f,
             window=window if t == "sliding_attention" else None,
-            has_qkv_bias=bool(f.get("attention_bias", default=True)),
-            has_o_bias=bool(f.get("attention_bias", default=True)),
+            has_qkv_bias=f.bool("attention_bias", default=True),
+            has_o_bias=f.bool("attention_bias", default=True),
             has_sinks=True,
         )
         layers.append(LayerSpec(mixer=attn, mlp=moe))
@@ -175,7 +178,7 @@ def _deepseek_style_moe(f: Fields, *, default_noaux: bool = False) -> MoeSpec | 
     if not num_routed:
         return None
     moe_size = f.int("moe_intermediate_size")
-    topk_method = str(f.get("topk_method", default="noaux_tc" if default_noaux else ""))
+    topk_method = f.text("topk_method", default="noaux_tc" if default_noaux else "")
     return MoeSpec(
         num_experts=num_routed,
         num_experts_per_token=f.int("num_experts_per_tok"),
@@ -195,8 +198,10 @@ def parse_deepseek(f: Fields, name: str) -> ModelSpec:
     """DeepSeek-V2/V3/R1, Kimi-K2, GLM-4.7-Flash: MLA everywhere, MoE after the first
     dense layers."""
     n = f.int("num_hidden_layers")
-    f.get("num_key_value_heads", "head_dim")  # MLA: KV is the latent, not these fields
-    moe = _deepseek_style_moe(f, default_noaux=str(f.get("model_type")) == "glm4_moe_lite")
+    # MLA: KV is the latent, not these fields (checked all the same)
+    f.optional_int("num_key_value_heads")
+    f.optional_int("head_dim")
+    moe = _deepseek_style_moe(f, default_noaux=f.text("model_type") == "glm4_moe_lite")
 
     def layer(i: int) -> LayerSpec:
         mlp: Mlp = moe if moe and _deepseek_style_is_moe(f, i) else dense_mlp_spec(f)
@@ -211,13 +216,13 @@ def parse_glm4_moe(f: Fields, name: str) -> ModelSpec:
     """GLM-4.5/4.6/4.7: GQA attention with q/k/v bias, DeepSeek-style MoE, MTP layers."""
     n = f.int("num_hidden_layers")
     moe = _deepseek_style_moe(f, default_noaux=True)
-    f.get("partial_rotary_factor")
+    f.fraction("partial_rotary_factor")
 
     def layer(i: int) -> LayerSpec:
         attn = attention_spec(
             f,
-            has_qkv_bias=bool(f.get("attention_bias", default=True)),
-            has_qk_norm=bool(f.get("use_qk_norm", default=False)),
+            has_qkv_bias=f.bool("attention_bias", default=True),
+            has_qk_norm=f.bool("use_qk_norm", default=False),
         )
         mlp: Mlp = moe if moe and _deepseek_style_is_moe(f, i) else dense_mlp_spec(f)
         return LayerSpec(mixer=attn, mlp=mlp)
@@ -243,7 +248,7 @@ def parse_llama4(f: Fields, name: str) -> ModelSpec:
         shared_intermediate_size=f.int("intermediate_size"),
     )
     dense = DenseMlpSpec(intermediate_size=f.int("intermediate_size_mlp", "intermediate_size"))
-    f.get("use_qk_norm")  # Llama 4's QK norm is a weightless L2 norm
+    f.bool("use_qk_norm")  # Llama 4's QK norm is a weightless L2 norm
     layers = []
     for i in range(n):
         is_global = (i + 1) % LLAMA4_NOPE_INTERVAL == 0

@@ -28,7 +28,7 @@ from servefit.errors import ConfigError, UnsupportedArchitectureError
 
 def parse_qwen_hybrid(f: Fields, name: str) -> ModelSpec:
     """Qwen3-Next, Qwen3.5/3.6 (dense and MoE): Gated DeltaNet + gated full attention."""
-    model_type = str(f.get("model_type"))
+    model_type = f.text("model_type")
     n = f.int("num_hidden_layers")
     types = layer_types_of(f, n)
     if types is None:
@@ -37,7 +37,7 @@ def parse_qwen_hybrid(f: Fields, name: str) -> ModelSpec:
             "full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n)
         ]
     else:
-        f.get("full_attention_interval")
+        f.optional_int("full_attention_interval")
     unknown = sorted(set(types) - {"full_attention", "linear_attention"})
     if unknown:
         raise UnsupportedArchitectureError(
@@ -50,10 +50,11 @@ def parse_qwen_hybrid(f: Fields, name: str) -> ModelSpec:
         v_head_dim=f.int("linear_value_head_dim"),
         conv_kernel=f.int("linear_conv_kernel_dim", default=4),
     )
-    gated = bool(f.get("attn_output_gate", default=True))
-    f.get("mamba_ssm_dtype")  # read by the KV-cache model through state_dtype()
+    gated = f.bool("attn_output_gate", default=True)
+    f.text("mamba_ssm_dtype")  # read by the KV-cache model through state_dtype()
     is_moe = f.int("num_experts", "num_local_experts", default=0) > 0
-    f.get("mlp_only_layers", "decoder_sparse_step")
+    f.layer_indices("mlp_only_layers")
+    f.optional_int("decoder_sparse_step")
 
     def layer(i: int, kind: str) -> LayerSpec:
         mixer = (
@@ -80,7 +81,7 @@ NEMOTRON_H_SYMBOLS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
 
 def parse_nemotron_h(f: Fields, name: str) -> ModelSpec:
     """Nemotron-H: ``hybrid_override_pattern`` gives one block per character."""
-    pattern = str(f.get("hybrid_override_pattern", default=""))
+    pattern = f.text("hybrid_override_pattern")
     n = f.int("num_hidden_layers")
     if len(pattern) != n:
         raise ConfigError(
@@ -104,8 +105,8 @@ def parse_nemotron_h(f: Fields, name: str) -> ModelSpec:
         num_heads=heads,
         head_dim=head_dim,
         n_groups=f.int("n_groups", default=1),
-        has_conv_bias=bool(f.get("use_conv_bias", default=True)),
-        has_proj_bias=bool(f.get("mamba_proj_bias", "use_bias", default=False)),
+        has_conv_bias=f.bool("use_conv_bias", default=True),
+        has_proj_bias=f.bool("mamba_proj_bias", "use_bias", default=False),
     )
     f.get("expand", "time_step_rank")
     layers: list[LayerSpec] = []
@@ -143,14 +144,23 @@ def parse_jamba(f: Fields, name: str) -> ModelSpec:
     attn_offset = f.int("attn_layer_offset")
     expert_period = f.int("expert_layer_period")
     expert_offset = f.int("expert_layer_offset")
+    for offset, period, names in (
+        (attn_offset, attn_period, "attn_layer_offset / attn_layer_period"),
+        (expert_offset, expert_period, "expert_layer_offset / expert_layer_period"),
+    ):
+        if offset >= period:
+            raise ConfigError(
+                f"{f.where}: {names} = {offset} / {period}: an offset at or past the period "
+                "selects no layer"
+            )
     mamba = MambaSpec(
         version=1,
         d_inner=f.int("mamba_expand") * h,
         state_size=f.int("mamba_d_state"),
         conv_kernel=f.int("mamba_d_conv"),
         dt_rank=f.int("mamba_dt_rank"),
-        has_conv_bias=bool(f.get("mamba_conv_bias", default=True)),
-        has_proj_bias=bool(f.get("mamba_proj_bias", default=False)),
+        has_conv_bias=f.bool("mamba_conv_bias", default=True),
+        has_proj_bias=f.bool("mamba_proj_bias", default=False),
         has_dt_norms=True,
     )
     moe = MoeSpec(
