@@ -82,6 +82,8 @@ def fp8_per_channel() -> WeightFormat:
 
 
 def fp8_block(block_out: int, block_in: int) -> WeightFormat:
+    if block_out < 1 or block_in < 1:
+        raise ConfigError(f"fp8 block sizes must be positive, got [{block_out}, {block_in}]")
     return WeightFormat(
         name=f"fp8-block{block_out}x{block_in}",
         bits=8,
@@ -107,7 +109,9 @@ def int_grouped(
     """AWQ / GPTQ / compressed-tensors pack-quantized weight-only integer formats."""
     if bits not in (2, 3, 4, 8):
         raise ConfigError(f"unsupported integer weight width: {bits} bits (expected 2, 3, 4 or 8)")
-    per_channel = group_size is None or group_size <= 0
+    if group_size is not None and group_size == 0:
+        raise ConfigError("a group size of 0 inputs per scale divides by zero (-1: per channel)")
+    per_channel = group_size is None or group_size < 0
     return WeightFormat(
         name=f"{name}{bits}-" + ("channel" if per_channel else f"g{group_size}"),
         bits=bits,
@@ -156,6 +160,8 @@ def mlx_affine(bits: int, group_size: int) -> WeightFormat:
     16-bit bias; matmuls dequantize to 16-bit."""
     if bits not in (2, 3, 4, 5, 6, 8):
         raise ConfigError(f"unsupported MLX quantization width: {bits} bits")
+    if group_size < 1:
+        raise ConfigError(f"MLX quantization group_size must be positive, got {group_size}")
     return WeightFormat(
         name=f"mlx-{bits}bit-g{group_size}",
         bits=bits,
