@@ -18,6 +18,7 @@ from typing import Any
 
 from servefit.adapters.catalog import find_catalog_model, model_ids
 from servefit.core.hf_config import spec_from_hf_config, state_dtype
+from servefit.core.hf_values import show
 from servefit.core.model_spec import ModelSpec
 from servefit.errors import ConfigError, HubError, ModelNotFoundError
 
@@ -38,21 +39,124 @@ class LoadedModel:
     published_params: dict[str, Any] | None = None
 
 
-def _read_json(path: Path) -> Any:
+# The deepest JSON a config file may nest: Hugging Face configs nest 3 levels (a config,
+# its text_config, its quantization_config's groups); Python's parser gives up near 1,000.
+MAX_JSON_DEPTH = 32
+# The longest integer a config file may spell: 2^64 has 20 digits; Python refuses > 4,300.
+MAX_INT_DIGITS = 40
+# Byte-order marks, longest first (UTF-32's little-endian mark begins like UTF-16's).
+_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xef\xbb\xbf", "UTF-8 with a byte-order mark"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
+
+
+def _decode(path: Path, data: bytes) -> str:
+    """A JSON file's text. transformers (and so vLLM) reads configs as UTF-8 without a
+    byte-order mark: anything else is refused with the encoding named, never guessed at."""
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            raise ConfigError(
+                f"{path}: the file is {encoding}; transformers and vLLM read configs as UTF-8 "
+                "without a byte-order mark. Re-save it as plain UTF-8"
+            )
+    if len(data) >= 2 and (data[0] == 0 or data[1] == 0):  # '{' + NUL: UTF-16/32, no mark
+        raise ConfigError(
+            f"{path}: the file looks like UTF-16 or UTF-32 (NUL bytes between characters); "
+            "transformers and vLLM read configs as UTF-8. Re-save it as UTF-8"
+        )
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        byte = data[exc.start]
+        raise ConfigError(
+            f"{path}: not UTF-8 (perhaps Latin-1 or Windows-1252): byte 0x{byte:02x} at offset "
+            f"{exc.start} is not valid UTF-8; transformers and vLLM read configs as UTF-8. "
+            "Re-save it as UTF-8"
+        ) from None
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ConfigError(
+            f"an integer of {len(text.lstrip('-')):,} digits (the most a config value needs "
+            f"is {MAX_INT_DIGITS})"
+        )
+    return int(text)
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    """Does ``value`` nest deeper than ``limit``? (Iterative: the value may be deep.)"""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        if isinstance(node, dict | list):
+            stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
+def _read_json(path: Path) -> Any:
+    """A JSON file, decoded and parsed defensively: every failure is a ``ConfigError``
+    naming the file and what is wrong with it."""
+    try:
+        data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot be read ({exc.strerror})") from None
+    text = _decode(path, data)
+    try:
+        value = json.loads(text, parse_int=_bounded_int)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except ConfigError as exc:  # from _bounded_int
+        raise ConfigError(f"{path}: {exc}") from None
+    except RecursionError:
+        raise ConfigError(
+            f"{path}: JSON nested too deeply to parse (a config nests a few levels; the most "
+            f"servefit reads is {MAX_JSON_DEPTH})"
+        ) from None
+    if _depth_over(value, MAX_JSON_DEPTH):
+        raise ConfigError(
+            f"{path}: JSON nested more than {MAX_JSON_DEPTH} levels deep (a config nests a few)"
+        )
+    return value
 
 
-def _checkpoint_bytes(index: Any) -> int | None:
-    if isinstance(index, dict):
-        size = index.get("metadata", {}).get("total_size")
-        if isinstance(size, int | float):
-            return int(size)
-    return None
+# A checkpoint larger than this is a wrong index: 10^14 parameters (servefit's limit) x 4
+# bytes (fp32) is 4 x 10^14 bytes.
+MAX_CHECKPOINT_BYTES = 4 * 10**14
+
+
+def _checkpoint_bytes(index: Any, where: str = SAFETENSORS_INDEX_FILE) -> int | None:
+    """``metadata.total_size`` of a safetensors index: the checkpoint's bytes, or None
+    when the index does not say. A malformed index is a ``ConfigError``."""
+    if index is None:
+        return None
+    if not isinstance(index, dict):
+        raise ConfigError(f"{where}: a safetensors index must be a JSON object, got {show(index)}")
+    metadata = index.get("metadata")
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict):
+        raise ConfigError(f"{where}: metadata must be a JSON object, got {show(metadata)}")
+    size = metadata.get("total_size")
+    if size is None:
+        return None
+    if isinstance(size, float) and size.is_integer():
+        size = int(size)  # some writers emit 1.6e10
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise ConfigError(f"{where}: metadata.total_size must be bytes, got {show(size)}")
+    if not 0 < size <= MAX_CHECKPOINT_BYTES:
+        raise ConfigError(
+            f"{where}: metadata.total_size must be 1 to {MAX_CHECKPOINT_BYTES:.0e} bytes "
+            f"(10^14 fp32 parameters), got {show(size)}"
+        )
+    return size
 
 
 def _from_path(path: Path) -> LoadedModel:
@@ -71,7 +175,7 @@ def _from_path(path: Path) -> LoadedModel:
         origin="path",
         source=str(config_path),
         mamba_ssm_dtype=state_dtype(config),
-        checkpoint_bytes=_checkpoint_bytes(index),
+        checkpoint_bytes=_checkpoint_bytes(index, str(index_path)),
     )
 
 
