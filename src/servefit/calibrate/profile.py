@@ -97,6 +97,12 @@ def load_calibration(path: Path) -> CalibrationDocument:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise ConfigError(f"--calibration {path}: {error.strerror}") from None
+    except UnicodeDecodeError as error:  # a binary file, or not UTF-8
+        raise ConfigError(
+            f"--calibration {path} is not a servefit calibration profile (not UTF-8 text: byte "
+            f"0x{error.object[error.start]:02x} at offset {error.start}); make one with "
+            "`servefit calibrate --output FILE`"
+        ) from None
     try:
         doc = CalibrationDocument.model_validate_json(text)
     except ValidationError as error:

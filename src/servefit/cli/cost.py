@@ -8,30 +8,35 @@ import click
 
 from servefit.cli.options import build_deployment, deployment_options
 from servefit.cli.output import EXIT_DOES_NOT_FIT, EXIT_OK, console, emit_json, fail
+from servefit.cli.types import FINITE_FLOAT
 from servefit.errors import ServefitError
 
 
 @click.command()
 @click.argument("model")
 @deployment_options
-@click.option("--usd-per-gpu-hour", type=float, help="Price of one GPU-hour [catalog default].")
+@click.option(
+    "--usd-per-gpu-hour", type=FINITE_FLOAT, help="Price of one GPU-hour [catalog default]."
+)
 @click.option(
     "--utilization",
-    type=float,
+    type=FINITE_FLOAT,
     default=1.0,
     show_default=True,
     help="Fraction of the time replicas serve at the predicted throughput.",
 )
 @click.option(
     "--requests-per-task",
-    type=float,
+    type=FINITE_FLOAT,
     help="Requests one task takes [1; an agent session's turns with --turns].",
 )
-@click.option("--success-rate", type=float, default=1.0, show_default=True)
-@click.option("--requests-per-day", type=float, help="Your volume: GPU-hours and $ per day.")
+@click.option("--success-rate", type=FINITE_FLOAT, default=1.0, show_default=True)
+@click.option("--requests-per-day", type=FINITE_FLOAT, help="Your volume: GPU-hours and $ per day.")
 @click.option("--api", "api_name", help="Compare with a per-token API from the price catalog.")
-@click.option("--api-usd-per-million-input", type=float, help="Compare with this API input price.")
-@click.option("--api-usd-per-million-output", type=float, help="... and this output price.")
+@click.option(
+    "--api-usd-per-million-input", type=FINITE_FLOAT, help="Compare with this API input price."
+)
+@click.option("--api-usd-per-million-output", type=FINITE_FLOAT, help="... and this output price.")
 @click.option("--json", "as_json", is_flag=True, help="Print the versioned JSON document.")
 def cost(
     model: str,

@@ -11,7 +11,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from servefit.cli.types import HUMAN_INT
+from servefit.cli.types import FINITE_FLOAT, HUMAN_INT
 
 ENGINES = ("vllm", "sglang", "trtllm", "llama.cpp", "mlx")
 
@@ -34,8 +34,12 @@ MODEL_SOURCE_OPTIONS = [
 
 HARDWARE_OPTIONS = [
     click.option("--gpu", help="GPU name or alias from the catalog (A40, a100, h100-sxm, ...)."),
-    click.option("--gpu-memory-gib", type=float, help="Describe a custom GPU: memory in GiB."),
-    click.option("--gpu-bandwidth-gbps", type=float, help="Custom GPU: memory bandwidth in GB/s."),
+    click.option(
+        "--gpu-memory-gib", type=FINITE_FLOAT, help="Describe a custom GPU: memory in GiB."
+    ),
+    click.option(
+        "--gpu-bandwidth-gbps", type=FINITE_FLOAT, help="Custom GPU: memory bandwidth in GB/s."
+    ),
     click.option(
         "--calibration",
         type=click.Path(dir_okay=False),
@@ -63,14 +67,15 @@ SERVE_OPTIONS = [
     ),
     click.option(
         "--gpu-memory-utilization",
-        type=float,
+        type=FINITE_FLOAT,
         help="Fraction of GPU memory vLLM may use [0.92/0.9].",
     ),
     click.option(
         "--kv-cache-dtype",
         default="auto",
         show_default=True,
-        help="auto, fp8, fp8_e4m3, fp8_e5m2, ...",
+        help="auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, fp8_ds_mla (the ones "
+        "of vLLM 0.32's choices whose page size servefit models).",
     ),
     click.option(
         "--kv-cache-memory-bytes",
@@ -90,11 +95,13 @@ SERVE_OPTIONS = [
         "--dtype",
         default="auto",
         show_default=True,
-        help="Weight dtype: auto, bfloat16, float16, float32.",
+        help="Weight dtype, as vLLM takes it: auto, half, float16, bfloat16, float, float32.",
     ),
     click.option("--quantization", help="Online quantization of a 16-bit checkpoint (fp8)."),
     click.option(
-        "--vllm-version", default=None, help="vLLM version whose accounting to mirror [0.33]."
+        "--vllm-version",
+        default=None,
+        help="vLLM version whose accounting to mirror: 0.10 to 0.33 [0.33].",
     ),
 ]
 
@@ -126,7 +133,7 @@ WORKLOAD_OPTIONS = [
     ),
     click.option(
         "--request-rate",
-        type=float,
+        type=FINITE_FLOAT,
         help="Poisson arrivals per second (open loop; no client cap unless --concurrency).",
     ),
     click.option(
@@ -146,7 +153,7 @@ WORKLOAD_OPTIONS = [
     ),
     click.option(
         "--range-ratio",
-        type=float,
+        type=FINITE_FLOAT,
         default=0.0,
         show_default=True,
         help="Lengths uniform in len x (1 +/- ratio), as vllm bench --random-range-ratio.",
@@ -159,8 +166,10 @@ WORKLOAD_OPTIONS = [
         type=click.Choice(ENGINES),
         help="Serving engine [the one that runs on the hardware: vLLM; MLX on Apple].",
     ),
-    click.option("--slo-ttft-ms", type=float, help="Goodput: TTFT limit in ms."),
-    click.option("--slo-tpot-ms", type=float, help="Goodput: time-per-output-token limit in ms."),
+    click.option("--slo-ttft-ms", type=FINITE_FLOAT, help="Goodput: TTFT limit in ms."),
+    click.option(
+        "--slo-tpot-ms", type=FINITE_FLOAT, help="Goodput: time-per-output-token limit in ms."
+    ),
 ]
 
 _WORKLOAD_PARAMS = ("input_len", "output_len", "concurrency", "request_rate", "prefix_len", "turns")
@@ -252,7 +261,6 @@ def build_deployment(model: str, flags: dict[str, Any], **extra: Any) -> Any:
 
 def pop_serve_settings(flags: dict[str, Any]) -> Any:
     """vLLM's flags (the SERVE_OPTIONS group) as ServeSettings."""
-    from servefit.core.engine import DEFAULT_VLLM_VERSION
     from servefit.core.plan import ServeSettings
 
     kv_memory = flags.pop("kv_cache_memory", None)
@@ -270,8 +278,26 @@ def pop_serve_settings(flags: dict[str, Any]) -> Any:
         enforce_eager=flags.pop("enforce_eager", False),
         dtype=flags.pop("dtype", "auto"),
         quantization=flags.pop("quantization", None),
-        vllm_version=flags.pop("vllm_version", None) or DEFAULT_VLLM_VERSION,
+        vllm_version=modelled_vllm_version(flags.pop("vllm_version", None)),
     )
+
+
+def modelled_vllm_version(version: str | None) -> str:
+    """``--vllm-version``: a release whose accounting servefit mirrors (0.10 to the default),
+    never a later one silently planned as the latest servefit knows."""
+    from servefit.core.engine import DEFAULT_VLLM_VERSION, parse_version
+    from servefit.errors import InvalidArgumentError
+
+    if version is None:
+        return DEFAULT_VLLM_VERSION
+    newest = parse_version(DEFAULT_VLLM_VERSION)
+    if parse_version(version) > newest:
+        raise InvalidArgumentError(
+            f"--vllm-version {version}: servefit mirrors vLLM 0.10 to {DEFAULT_VLLM_VERSION}; a "
+            "later release may account differently. Plan with --vllm-version "
+            f"{DEFAULT_VLLM_VERSION} and check the startup log (`servefit check-log`)"
+        )
+    return version
 
 
 def kv_cache_bytes(text: str) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import click
@@ -30,3 +31,27 @@ class HumanInt(click.ParamType):
 
 
 HUMAN_INT = HumanInt()
+
+
+class FiniteFloat(click.ParamType):
+    """A number flag that refuses NaN and infinities (``click.FLOAT`` takes ``nan`` and
+    ``inf``, which no rate, memory size, fraction or latency limit can be)."""
+
+    name = "float"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        # click's "Invalid value for '--flag':" names the flag
+        if isinstance(value, bool):
+            self.fail(f"must be a number, got {value!r}", param, ctx)
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"must be a number, got {value!r}", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"must be a finite number, got {value!r}", param, ctx)
+        return number
+
+
+FINITE_FLOAT = FiniteFloat()

@@ -23,6 +23,35 @@ from servefit.units import dtype_bytes
 
 BF16_MIN_CC = (8, 0)  # bfloat16 needs Ampere or newer
 
+# --dtype as vLLM 0.32 takes it (vllm/config/model.py ModelDType).
+VLLM_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+# --kv-cache-dtype: vLLM 0.32's choices (vllm/config/cache.py CacheDType) whose page size
+# servefit models; vLLM also takes nvfp4_ds_mla, turboquant_*, ultraquant_4bit,
+# {int4,int8,fp8}_per_token_head, nvfp4 and nvfp4_4over6, which servefit does not model.
+VLLM_KV_CACHE_DTYPES = (
+    "auto",
+    "float16",
+    "bfloat16",
+    "fp8",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "fp8_inc",
+    "fp8_ds_mla",
+)
+VLLM_ONLY_KV_CACHE_DTYPES = (
+    "nvfp4_ds_mla",
+    "turboquant_k8v4",
+    "turboquant_4bit_nc",
+    "turboquant_k3v4_nc",
+    "turboquant_3bit_nc",
+    "ultraquant_4bit",
+    "int4_per_token_head",
+    "int8_per_token_head",
+    "fp8_per_token_head",
+    "nvfp4",
+    "nvfp4_4over6",
+)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServeSettings:
@@ -67,6 +96,23 @@ class ServeSettings:
             )
         if self.kv_cache_memory_bytes is not None and self.kv_cache_memory_bytes <= 0:
             raise InvalidArgumentError("--kv-cache-memory-bytes must be positive")
+        if self.dtype.removeprefix("torch.") not in VLLM_DTYPES:
+            raise InvalidArgumentError(
+                f"--dtype {self.dtype!r}: unknown dtype to vLLM, which takes "
+                f"{', '.join(VLLM_DTYPES)} "
+                "(quantized weights come from the checkpoint or --quantization)"
+            )
+        kv = self.kv_cache_dtype
+        if kv in VLLM_ONLY_KV_CACHE_DTYPES:
+            raise InvalidArgumentError(
+                f"--kv-cache-dtype {kv}: vLLM takes it, but servefit does not model its page "
+                f"size; modelled: {', '.join(VLLM_KV_CACHE_DTYPES)}"
+            )
+        if kv not in VLLM_KV_CACHE_DTYPES:
+            raise InvalidArgumentError(
+                f"--kv-cache-dtype {kv!r} is not one vLLM takes; servefit models "
+                f"{', '.join(VLLM_KV_CACHE_DTYPES)}"
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,6 +20,12 @@ def _gib(num_bytes: float) -> str:
     return f"{num_bytes / GIB_BYTES:.2f} GiB"
 
 
+def _needed(memory: MemoryBreakdown) -> int:
+    """Besides the KV cache: weights, activations, runtime (and CUDA graphs)."""
+    graphs = memory.cuda_graph_bytes if memory.is_cuda_graph_in_budget else 0
+    return memory.weights_bytes + memory.activation_peak_bytes + memory.non_torch_bytes + graphs
+
+
 def capacity_verdict(
     spec: ModelSpec,
     r: ResolvedSettings,
@@ -40,6 +46,12 @@ def capacity_verdict(
             f"{STARTUP}no memory is left for the KV cache: weights, activations and runtime "
             f"need {_gib(needed)} per GPU but the budget ({r.gpu_memory_utilization:.2f} x "
             f"{_gib(memory.total_bytes)}) is {_gib(memory.requested_bytes)}"
+        )
+    elif memory.is_kv_cache_given and memory.kv_cache_bytes + _needed(memory) > memory.total_bytes:
+        problems.append(
+            f"{STARTUP}--kv-cache-memory-bytes {_gib(memory.kv_cache_bytes)} plus weights, "
+            f"activations and runtime ({_gib(_needed(memory))}) exceed the GPU's "
+            f"{_gib(memory.total_bytes)}: allocating the KV cache runs out of memory"
         )
     elif concurrency < 1:
         problems.append(

@@ -28,6 +28,13 @@ from random import Random
 from servefit.core.metrics import Slo as Slo  # re-exported: the one Slo, with the metrics
 from servefit.errors import InvalidArgumentError
 
+# Bounds on what one simulation is asked for: its cost grows with the requests in flight and
+# the requests simulated (4,096 concurrent take ~8 s, 50,000 requests ~4 s on one core).
+# Beyond vLLM's largest default --max-num-seqs (1,024) extra requests in flight only queue.
+MAX_CONCURRENCY = 4_096
+MAX_NUM_REQUESTS = 100_000  # requests (all turns of all sessions) simulated
+MAX_TURNS = 1_000  # turns of one agent session
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LengthDist:
@@ -39,7 +46,7 @@ class LengthDist:
     def __post_init__(self) -> None:
         if self.mean < 0:
             raise InvalidArgumentError(f"token lengths must be >= 0, got {self.mean}")
-        if not 0 <= self.range_ratio < 1:
+        if not 0 <= self.range_ratio < 1:  # NaN fails too
             raise InvalidArgumentError(f"--range-ratio must be in [0, 1), got {self.range_ratio}")
 
     def sample(self, rng: Random) -> int:
@@ -64,10 +71,15 @@ class Workload:
     def __post_init__(self) -> None:
         if self.concurrency is not None and self.concurrency < 1:
             raise InvalidArgumentError(f"--concurrency must be >= 1, got {self.concurrency}")
-        if self.request_rate_per_s is not None and self.request_rate_per_s <= 0:
+        if self.concurrency is not None and self.concurrency > MAX_CONCURRENCY:
             raise InvalidArgumentError(
-                f"--request-rate must be positive, got {self.request_rate_per_s}"
+                f"--concurrency {self.concurrency:,} is over servefit's {MAX_CONCURRENCY:,}: "
+                "4x vLLM's largest default --max-num-seqs (1,024), beyond which requests only "
+                "queue, while the simulation's cost grows with each one in flight"
             )
+        rate = self.request_rate_per_s
+        if rate is not None and not 0 < rate < float("inf"):  # NaN fails too
+            raise InvalidArgumentError(f"--request-rate must be positive, got {rate}")
         if self.concurrency is None and self.request_rate_per_s is None:
             raise InvalidArgumentError("a workload needs --concurrency or --request-rate")
         if self.output_len.mean < 1:
@@ -85,6 +97,17 @@ class Workload:
             raise InvalidArgumentError(f"--turns must be >= 1, got {self.turns}")
         if self.num_requests is not None and self.num_requests < 1:
             raise InvalidArgumentError("--num-requests must be >= 1")
+        if self.turns > MAX_TURNS:
+            raise InvalidArgumentError(
+                f"--turns {self.turns:,} is over servefit's {MAX_TURNS:,} turns per session"
+            )
+        simulated = self.resolved_num_sessions() * self.turns
+        if simulated > MAX_NUM_REQUESTS:
+            raise InvalidArgumentError(
+                f"the workload simulates {simulated:,} requests, over servefit's "
+                f"{MAX_NUM_REQUESTS:,} (a steady state needs a few per user; each costs "
+                "simulation time): lower --num-requests, --turns or --concurrency"
+            )
 
     @property
     def is_closed_loop(self) -> bool:
