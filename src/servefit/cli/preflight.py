@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
 
+from servefit.adapters.redact import redact_argv, redact_data, redact_text
 from servefit.cli.options import model_source_options, pop_serve_settings, serve_options
 from servefit.cli.output import EXIT_DOES_NOT_FIT, EXIT_OK, emit_json, fail
 from servefit.errors import InvalidArgumentError, ServefitError
@@ -50,18 +52,20 @@ def preflight(
     servefit preflight MODEL [flags] [-- COMMAND ...]
     servefit preflight --from-vllm-args -- vllm serve MODEL --tensor-parallel-size 2 ...
 
-    Exit code 0 when every check passes, 1 otherwise (COMMAND is then never run).
+    Exit code 0 when every check passes, 1 otherwise (COMMAND is then never run), 2 for
+    bad input (an unreadable recording, an unwritable --record, a COMMAND not on PATH).
+    Secrets in COMMAND (--api-key VALUE, tokens, Authorization headers) are never printed.
     """
     try:
         code, command = _preflight(
             list(args), from_vllm_args, strict, python, record, facts_file, as_json, flags
         )
+        if code == EXIT_OK and command:
+            from servefit.preflight.gate import exec_command
+
+            exec_command(command)
     except ServefitError as error:
         fail(error)
-    if code == EXIT_OK and command:
-        from servefit.preflight.gate import exec_command
-
-        exec_command(command)
     raise SystemExit(code)
 
 
@@ -107,6 +111,12 @@ def _preflight(
     if record:
         gate.record_facts(facts, Path(record))
     result = gate.run_gate(facts, settings, strict=strict, allow_hub=not offline)
+    # what is shown is redacted; what runs is the command as given
+    checks = [
+        replace(c, reason=redact_text(c.reason), remedy=redact_text(c.remedy))
+        for c in result.checks
+    ]
+    shown = redact_argv(command)
     if as_json:
         emit_json(
             {
@@ -120,10 +130,10 @@ def _preflight(
                         "reason": c.reason,
                         "remedy": c.remedy,
                     }
-                    for c in result.checks
+                    for c in checks
                 ],
-                "command": command,
-                "facts": json.loads(result.facts.model_dump_json()),
+                "command": shown,
+                "facts": redact_data(json.loads(result.facts.model_dump_json())),
             }
         )
     else:
@@ -131,9 +141,7 @@ def _preflight(
 
         from servefit.cli.render import render_checks
 
-        render_checks(
-            result.checks, passed=result.passed, command=command, console=Console(stderr=False)
-        )
+        render_checks(checks, passed=result.passed, command=shown, console=Console(stderr=False))
     return (EXIT_OK if result.passed else EXIT_DOES_NOT_FIT), command
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from servefit.preflight.facts import GpuFacts
+from servefit.preflight.facts import GpuFacts, HostFacts
 
 
 class Status(StrEnum):
@@ -27,6 +27,18 @@ class Check:
 
 
 def cc_tuple(gpu: GpuFacts) -> tuple[int, int]:
-    """A GPU's compute capability as (major, minor): "8.9" -> (8, 9)."""
-    major, _, minor = gpu.compute_capability.partition(".")
-    return int(major), int(minor or 0)
+    """A GPU's compute capability as (major, minor): "8.9" -> (8, 9). Rules call it only
+    once :func:`gpu_facts_usable` holds (the driver check fails otherwise)."""
+    cc = gpu.compute_capability_tuple
+    if cc is None:
+        raise ValueError(f"GPU {gpu.index}: compute capability {gpu.compute_capability!r}")
+    return cc
+
+
+def gpu_facts_usable(facts: HostFacts) -> bool:
+    """The driver answered, and nothing it said about its GPUs is impossible; the links
+    that read GPU facts are skipped otherwise (the driver check has failed)."""
+    return not facts.nvml.error and not facts.nvml.problems()
+
+
+SKIP_GPU_FACTS = "depends on the driver's GPU facts (failed above)"

@@ -8,8 +8,8 @@ from __future__ import annotations
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from servefit.preflight.check import Check, Status, cc_tuple
-from servefit.preflight.facts import HostFacts
+from servefit.preflight.check import SKIP_GPU_FACTS, Check, Status, cc_tuple, gpu_facts_usable
+from servefit.preflight.facts import TORCH_ARCH, HostFacts, parse_numeric_version
 
 # CUDA minor-version compatibility: the oldest driver that runs every toolkit of a major
 # release (NVIDIA, "CUDA Compatibility", Table 1: CUDA 13.x >= 580, 12.x >= 525, 11.x >= 450.80.02).
@@ -20,14 +20,10 @@ MINOR_VERSION_COMPAT_MIN_DRIVER: dict[int, tuple[int, ...]] = {
 }
 
 
-def _version_tuple(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in text.split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
+def _ptx_target(arch: str) -> int | None:
+    """ "compute_90" -> 90; None for an ``sm_`` entry (validated by ``TORCH_ARCH``)."""
+    match = TORCH_ARCH.match(arch)
+    return int(match[2]) if match and match[1] == "compute" else None
 
 
 def check_driver(facts: HostFacts) -> Check:
@@ -39,6 +35,17 @@ def check_driver(facts: HostFacts) -> Check:
             reason=nvml.error or "the driver reported no version",
             remedy="run on a host with an NVIDIA GPU and its driver installed "
             "(>= 580 for CUDA 13 builds)",
+        )
+    problems = nvml.problems()
+    if problems:
+        return Check(
+            name="NVIDIA driver",
+            status=Status.FAIL,
+            reason="the driver's report is impossible: "
+            + "; ".join(problems[:3])
+            + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""),
+            remedy="probe this host again (a recording with these facts was edited or "
+            "damaged); if probed live, compare with nvidia-smi",
         )
     if not nvml.gpus:
         return Check(
@@ -59,7 +66,7 @@ def check_driver(facts: HostFacts) -> Check:
 def check_driver_supports_torch_cuda(facts: HostFacts) -> Check:
     name = "driver supports PyTorch's CUDA"
     t, nvml = facts.torch, facts.nvml
-    if nvml.error or not nvml.cuda_driver_version or not nvml.driver_version:
+    if not gpu_facts_usable(facts) or not nvml.driver_version:
         return Check(name=name, status=Status.SKIP, reason="depends on the driver (failed above)")
     if not t.is_installed or t.error:
         return Check(
@@ -75,8 +82,23 @@ def check_driver_supports_torch_cuda(facts: HostFacts) -> Check:
             reason=f"torch {t.version} is a CPU-only build",
             remedy="install a CUDA build of PyTorch (the one vLLM requires)",
         )
-    built = _version_tuple(t.cuda_version)
-    supported = _version_tuple(nvml.cuda_driver_version)
+    problems = t.version_problems()
+    if problems:
+        return Check(
+            name=name,
+            status=Status.FAIL,
+            reason="PyTorch's report is impossible: " + "; ".join(problems),
+            remedy="probe this host again (a recording with these facts was edited or damaged)",
+        )
+    if not nvml.cuda_driver_version:
+        return Check(
+            name=name,
+            status=Status.FAIL,
+            reason=f"driver {nvml.driver_version} did not say which CUDA it supports",
+            remedy="probe this host again; check nvidia-smi shows a CUDA version",
+        )
+    built = parse_numeric_version(t.cuda_version)
+    supported = parse_numeric_version(nvml.cuda_driver_version)
     if supported >= built:
         return Check(
             name=name,
@@ -85,7 +107,7 @@ def check_driver_supports_torch_cuda(facts: HostFacts) -> Check:
             f"{nvml.driver_version} supports up to {nvml.cuda_driver_version}",
         )
     floor = MINOR_VERSION_COMPAT_MIN_DRIVER.get(built[0])
-    driver = _version_tuple(nvml.driver_version)
+    driver = parse_numeric_version(nvml.driver_version)
     if built[0] == supported[0] and floor is not None and driver >= floor:
         return Check(
             name=name,
@@ -111,8 +133,22 @@ def check_driver_supports_torch_cuda(facts: HostFacts) -> Check:
 def check_torch_sees_gpus(facts: HostFacts) -> Check:
     name = "PyTorch sees every GPU"
     t, nvml = facts.torch, facts.nvml
-    if not t.is_installed or t.error or not t.cuda_version or nvml.error:
+    if (
+        not t.is_installed
+        or t.error
+        or not t.cuda_version
+        or t.version_problems()
+        or not gpu_facts_usable(facts)
+    ):
         return Check(name=name, status=Status.SKIP, reason="depends on a failed link above")
+    problems = t.device_problems()
+    if problems:
+        return Check(
+            name=name,
+            status=Status.FAIL,
+            reason="PyTorch's report is impossible: " + "; ".join(problems),
+            remedy="probe this host again (a recording with these facts was edited or damaged)",
+        )
     if not t.is_cuda_available:
         said = f" (torch said: {t.warnings[0]})" if t.warnings else ""
         return Check(
@@ -140,10 +176,14 @@ def check_torch_sees_gpus(facts: HostFacts) -> Check:
 def check_torch_arch(facts: HostFacts) -> Check:
     name = "PyTorch has kernels for each GPU"
     t, nvml = facts.torch, facts.nvml
-    if not t.arch_list or nvml.error or not nvml.gpus:
+    if not gpu_facts_usable(facts):
+        return Check(name=name, status=Status.SKIP, reason=SKIP_GPU_FACTS)
+    if not t.arch_list or not nvml.gpus:
         return Check(
             name=name, status=Status.SKIP, reason="no architecture list or no GPU to compare"
         )
+    if t.device_problems():
+        return Check(name=name, status=Status.SKIP, reason="depends on a failed link above")
     problems, jit = [], []
     for cc in sorted({cc_tuple(g) for g in nvml.gpus}):
         sm = f"sm_{cc[0]}{cc[1]}"
@@ -152,7 +192,7 @@ def check_torch_arch(facts: HostFacts) -> Check:
         ptx = [
             a
             for a in t.arch_list
-            if a.startswith("compute_") and _version_tuple(a[8:]) <= (cc[0] * 10 + cc[1],)
+            if (target := _ptx_target(a)) is not None and target <= cc[0] * 10 + cc[1]
         ]
         (jit if ptx else problems).append(sm)
     if problems:
@@ -178,29 +218,44 @@ def check_engine_torch(facts: HostFacts) -> Check:
     name = "engine's PyTorch requirement"
     t = facts.torch
     if not facts.engines:
+        # fail closed: without an engine there is nothing the command could serve with
         return Check(
             name=name,
-            status=Status.WARN,
-            reason="no vLLM or SGLang installed in the probed Python",
+            status=Status.FAIL,
+            reason=f"no vLLM or SGLang installed in {t.python or 'the probed Python'}",
             remedy="install the engine (or point --python at its environment)",
         )
     if not t.version:
-        return Check(name=name, status=Status.SKIP, reason="PyTorch version unknown")
+        return Check(
+            name=name,
+            status=Status.FAIL,
+            reason="PyTorch version unknown: the engine's pin cannot be checked",
+            remedy="install the PyTorch version your engine requires into its environment",
+        )
     failures, passes = [], []
-    installed = t.version.split("+")[0]
+    try:
+        installed = Version(t.version.split("+")[0])
+    except InvalidVersion:
+        failures.append(f"torch version {t.version!r} is not a version")
+        installed = None
     for engine in facts.engines:
         if not engine.torch_requirement:
             passes.append(f"{engine.name} {engine.version} (no torch pin)")
             continue
         try:
             requirement = Requirement(engine.torch_requirement)
-            ok = Version(installed) in requirement.specifier
-        except (InvalidRequirement, InvalidVersion):
-            passes.append(
-                f"{engine.name} {engine.version} "
-                f"(unreadable requirement {engine.torch_requirement!r})"
+        except InvalidRequirement:
+            failures.append(
+                f"{engine.name} {engine.version}: unreadable requirement "
+                f"{engine.torch_requirement!r}"
             )
             continue
+        if requirement.name.lower() != "torch":
+            failures.append(
+                f"{engine.name} {engine.version}: {engine.torch_requirement!r} is not a torch pin"
+            )
+            continue
+        ok = installed is not None and installed in requirement.specifier
         target = f"{engine.name} {engine.version} requires {engine.torch_requirement}"
         (passes if ok else failures).append(target)
     if failures:

@@ -11,7 +11,7 @@ from servefit.core.hardware import GpuCatalog, GpuSpec, custom_gpu
 from servefit.core.model_spec import ModelSpec
 from servefit.core.plan import ServeSettings, plan_capacity
 from servefit.errors import ServefitError
-from servefit.preflight.check import Check, Status, cc_tuple
+from servefit.preflight.check import SKIP_GPU_FACTS, Check, Status, cc_tuple, gpu_facts_usable
 from servefit.preflight.facts import GpuFacts, HostFacts
 from servefit.units import GIB_BYTES
 
@@ -47,6 +47,13 @@ def check_weights_on_disk(facts: HostFacts) -> Check:
     name = "weights on disk"
     if m is None or m.error or not m.is_local:
         return Check(name=name, status=Status.SKIP, reason="not a local model directory")
+    if m.problems():
+        return Check(
+            name=name,
+            status=Status.FAIL,
+            reason="the model's facts are impossible: " + "; ".join(m.problems()),
+            remedy="probe this host again (a recording with these facts was edited or damaged)",
+        )
     if not m.weights_present:
         return Check(
             name=name,
@@ -78,6 +85,14 @@ def check_disk_space(facts: HostFacts, weights_total_bytes: float | None) -> Che
         return Check(
             name=name, status=Status.SKIP, reason="weights already local, or nothing to download"
         )
+    problems = m.problems() + disk.problems()
+    if problems:
+        return Check(
+            name=name,
+            status=Status.FAIL,
+            reason="the disk's or the model's facts are impossible: " + "; ".join(problems),
+            remedy="probe this host again (a recording with these facts was edited or damaged)",
+        )
     need = m.checkpoint_bytes or weights_total_bytes
     if not need:
         return Check(name=name, status=Status.SKIP, reason="checkpoint size unknown")
@@ -96,7 +111,9 @@ def check_disk_space(facts: HostFacts, weights_total_bytes: float | None) -> Che
 
 def check_precision_support(facts: HostFacts, spec: ModelSpec | None) -> Check:
     name = "dtype and quantization on these GPUs"
-    if spec is None or facts.nvml.error or not facts.nvml.gpus:
+    if not gpu_facts_usable(facts):
+        return Check(name=name, status=Status.SKIP, reason=SKIP_GPU_FACTS)
+    if spec is None or not facts.nvml.gpus:
         return Check(name=name, status=Status.SKIP, reason="no model or no GPU")
     cc = min(cc_tuple(g) for g in facts.nvml.gpus)
     cc_text = f"compute capability {cc[0]}.{cc[1]}"
@@ -168,6 +185,8 @@ def check_parallel_layout(facts: HostFacts, settings: ServeSettings) -> Check:
     name = "parallel layout fits the GPUs"
     if facts.nvml.error:
         return Check(name=name, status=Status.SKIP, reason="no GPU facts")
+    if not gpu_facts_usable(facts) or facts.torch.device_problems():
+        return Check(name=name, status=Status.SKIP, reason="depends on a failed link above")
     needed = settings.tensor_parallel_size * settings.pipeline_parallel_size
     visible = facts.torch.device_count if facts.torch.is_cuda_available else len(facts.nvml.gpus)
     if needed > visible:
@@ -189,7 +208,9 @@ def check_plan_fits_free_memory(
     mamba_ssm_dtype: str | None = None,
 ) -> Check:
     name = "plan fits the memory free now"
-    if spec is None or facts.nvml.error or not facts.nvml.gpus:
+    if not gpu_facts_usable(facts):
+        return Check(name=name, status=Status.SKIP, reason=SKIP_GPU_FACTS)
+    if spec is None or not facts.nvml.gpus:
         return Check(name=name, status=Status.SKIP, reason="no model or no GPU")
     count = settings.tensor_parallel_size * settings.pipeline_parallel_size
     gpus = facts.nvml.gpus[:count]

