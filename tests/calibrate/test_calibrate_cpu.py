@@ -4,6 +4,9 @@ and that the fitted factors reproduce the measured steps."""
 from __future__ import annotations
 
 import json
+import statistics
+import time
+from dataclasses import replace
 
 import pytest
 
@@ -16,9 +19,22 @@ from servefit.calibrate.profile import (  # noqa: E402
     calibrated_profile,
     load_calibration,
 )
-from servefit.calibrate.run import run_calibration  # noqa: E402
+from servefit.calibrate.run import (  # noqa: E402
+    Plan,
+    measure_steps,
+    measured_device_spec,
+    run_calibration,
+)
 from servefit.calibrate.synthetic import SyntheticModel  # noqa: E402
+from servefit.core.calibration import (  # noqa: E402
+    Ceilings,
+    StepPoint,
+    efficiencies_from_ceilings,
+    fit_profile,
+)
 from servefit.core.hf_config import spec_from_hf_config  # noqa: E402
+from servefit.core.ops import StepShape, model_coeffs  # noqa: E402
+from servefit.core.roofline import step_time  # noqa: E402
 from servefit.errors import ConfigError, InvalidArgumentError  # noqa: E402
 
 TINY_LLAMA = {
@@ -54,10 +70,21 @@ TINY_MOE = {
 
 
 @pytest.fixture(scope="module")
-def doc():
+def cpu_clock():
+    """One intra-op thread timed by its own CPU clock: what a step costs this CPU, not how long
+    a busy machine's scheduler kept it waiting (on a shared 2-core machine the wall clock of a
+    2-thread step swings 10x with the neighbours' load; its thread CPU time does not)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield time.thread_time
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def doc(cpu_clock):
     spec = spec_from_hf_config(TINY_LLAMA, name="tiny-llama")
     start = efficiency_table().for_gpu(gpu_catalog().get("H100"))
-    return run_calibration(spec, start, device_name="cpu", plan_name="tiny")
+    return run_calibration(spec, start, device_name="cpu", plan_name="tiny", clock=cpu_clock)
 
 
 def test_profile_structure_and_units(doc):
@@ -89,12 +116,76 @@ def test_profile_structure_and_units(doc):
     assert f.step_overhead_s >= 0
 
 
-def test_fitted_factors_reproduce_the_measured_steps(doc):
+def _shape(point) -> StepShape:
+    if point.kind == "decode":
+        return StepShape(decode_contexts=(point.context,) * point.batch)
+    return StepShape(prefill_chunks=((point.tokens, point.context),) * point.batch)
+
+
+def test_the_fit_recovers_a_known_overhead_and_scale(doc):
+    """No clock: steps made from the model itself at a known step overhead and efficiency scale
+    (over this CPU's measured ceilings); the fit finds both and reproduces every step."""
+    spec = spec_from_hf_config(TINY_LLAMA, name="tiny-llama")
+    ceilings = Ceilings(**doc.measured.model_dump())
+    gpu = measured_device_spec(pick_device("cpu"), ceilings)
+    start = efficiency_table().for_gpu(gpu)
+    m = model_coeffs(spec)
+    memory, gemm, attention = efficiencies_from_ceilings(
+        ceilings,
+        datasheet_bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
+        datasheet_peak_flops_per_s=ceilings.matmul_flops_per_s["fp32"],
+        dtype="fp32",
+    )
+    bare = replace(
+        start,
+        memory_efficiency=memory,
+        gemm_efficiency=gemm,
+        attention_efficiency=attention,
+        step_overhead_s=0.0,
+        per_seq_overhead_s=0.0,
+        is_calibrated=True,
+    )
+    overhead_s, scale = 0.004, 3.0  # the truth the fit must find
+    shapes = [_shape(p) for p in doc.points]
+    points = [
+        StepPoint(
+            label=p.label,
+            shape=shape,
+            measured_s=overhead_s + scale * step_time(m, shape, gpu, bare).time_s,
+        )
+        for p, shape in zip(doc.points, shapes, strict=True)
+    ]
+    fit = fit_profile(
+        start,
+        ceilings,
+        points,
+        lambda profile, shape, _: step_time(m, shape, gpu, profile).time_s,
+        datasheet_bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
+        datasheet_peak_flops_per_s=ceilings.matmul_flops_per_s["fp32"],
+        dtype="fp32",
+    )
+    assert fit.profile.step_overhead_s == pytest.approx(overhead_s, rel=1e-6)
+    assert fit.profile.gemm_efficiency == pytest.approx(gemm / scale, rel=1e-6)
+    assert fit.profile.memory_efficiency == pytest.approx(memory / scale, rel=1e-6)
+    assert fit.after_s == pytest.approx([p.measured_s for p in points], rel=1e-6)
+    assert fit.median_error_after == pytest.approx(0.0, abs=1e-6)
+
+
+def test_fitted_factors_reproduce_the_measured_steps(doc, cpu_clock):
     # two fitted numbers (a step overhead, one efficiency scale) for prefill and decode steps
-    # of very different sizes: every step within 60 %, half of them within 35 %
-    assert doc.median_error_after <= 0.35
+    # of very different sizes: every step within 60 %, half of them within 35 %. A fit is only
+    # as good as its data: the same steps measured again in this run disagree by `noise`, and
+    # the errors may exceed those bounds by twice it (the step itself, and its pull on the two
+    # fitted numbers). On a quiet machine the noise is a few per cent.
+    spec = spec_from_hf_config(TINY_LLAMA, name="tiny-llama")
+    plan = Plan.named(doc.plan)
+    plan = replace(plan, budget=replace(plan.budget, clock=cpu_clock))
+    again = measure_steps(pick_device("cpu"), spec, plan)
+    assert [t.label for t in again] == [p.label for p in doc.points]
+    noise = [abs(t.model_step_s / p.measured_s - 1) for p, t in zip(doc.points, again, strict=True)]
     errors = [abs(p.predicted_after_s / p.measured_s - 1) for p in doc.points]
-    assert max(errors) <= 0.6, errors
+    assert doc.median_error_after <= 0.35 + 2 * statistics.median(noise), (errors, noise)
+    assert max(errors) <= 0.6 + 2 * max(noise), (errors, noise)
 
 
 def test_profile_round_trips_and_feeds_plans(doc, tmp_path):
@@ -127,9 +218,10 @@ def test_moe_layers_build_and_run():
     assert t.stack_s > 0 and t.model_step_s > t.stack_s * 0.99
 
 
-def test_matmul_timing_counts_flops():
+def test_matmul_timing_counts_flops(cpu_clock):
     device = pick_device("cpu")
-    flops = measure_matmul(device, "fp32", 64, 64, 64, Budget.named("tiny"))
+    budget = replace(Budget.named("tiny"), clock=cpu_clock)
+    flops = measure_matmul(device, "fp32", 64, 64, 64, budget)
     assert 1e6 < flops < 1e14
 
 

@@ -82,8 +82,16 @@ def pick_device(requested: str | None = None) -> Device:
     raise InvalidArgumentError(f"--device must be cuda, mps or cpu, got {requested!r}")
 
 
-def time_s(fn: Callable[[int], object], device: Device, *, warmup: int, repeats: int) -> float:
-    """Median seconds of ``fn(i)`` (``i`` rotates inputs), after ``warmup`` calls."""
+def time_s(
+    fn: Callable[[int], object],
+    device: Device,
+    *,
+    warmup: int,
+    repeats: int,
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
+    """Median seconds of ``fn(i)`` (``i`` rotates inputs), after ``warmup`` calls; ``clock``
+    times CPU and MPS runs (CUDA uses device events)."""
     torch = import_torch()
     for i in range(warmup):
         fn(i)
@@ -98,10 +106,10 @@ def time_s(fn: Callable[[int], object], device: Device, *, warmup: int, repeats:
             end.synchronize()
             samples.append(start.elapsed_time(end) / 1e3)
         else:
-            t0 = time.perf_counter()
+            t0 = clock()
             fn(warmup + i)
             device.sync()
-            samples.append(time.perf_counter() - t0)
+            samples.append(clock() - t0)
     return statistics.median(samples)
 
 
@@ -118,13 +126,16 @@ def _dtype(name: str) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """How big and how often: ``quick`` for a one-minute run, ``tiny`` for tests."""
+    """How big and how often: ``quick`` for a one-minute run, ``tiny`` for tests; and which
+    clock times CPU and MPS runs (the wall clock; a test on a shared CPU passes a per-thread
+    CPU clock, so that other processes' load is not counted as this device's time)."""
 
     buffer_bytes: int
     rotate: int
     warmup: int
     repeats: int
     matmul_sizes: tuple[int, ...]
+    clock: Callable[[], float] = time.perf_counter
 
     @classmethod
     def named(cls, name: str) -> Budget:
@@ -142,12 +153,19 @@ def measure_bandwidth(device: Device, budget: Budget) -> tuple[float, float]:
     bufs = [torch.rand(n, device=device.torch_device) + 0.5 for _ in range(budget.rotate)]
     outs = [torch.empty_like(b) for b in bufs]
     r = budget.rotate
-    read = time_s(lambda i: bufs[i % r].sum(), device, warmup=budget.warmup, repeats=budget.repeats)
+    read = time_s(
+        lambda i: bufs[i % r].sum(),
+        device,
+        warmup=budget.warmup,
+        repeats=budget.repeats,
+        clock=budget.clock,
+    )
     copy = time_s(
         lambda i: outs[i % r].copy_(bufs[(i + 1) % r]),
         device,
         warmup=budget.warmup,
         repeats=budget.repeats,
+        clock=budget.clock,
     )
     size = n * 4
     return size / read, 2 * size / copy
@@ -192,7 +210,7 @@ def measure_matmul(device: Device, dtype: str, m: int, k: int, n: int, budget: B
         def run(i: int) -> object:
             return a[i % r] @ b[i % r]
 
-    seconds = time_s(run, device, warmup=budget.warmup, repeats=budget.repeats)
+    seconds = time_s(run, device, warmup=budget.warmup, repeats=budget.repeats, clock=budget.clock)
     if device.backend == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
     return 2.0 * m * k * n / seconds
@@ -226,7 +244,8 @@ def _sdpa_s(
             q[i % r], k[i % r], v[i % r], is_causal=causal, enable_gqa=kv_heads != heads
         )
 
-    return time_s(run, device, warmup=budget.warmup, repeats=budget.repeats), k[0].element_size()
+    seconds = time_s(run, device, warmup=budget.warmup, repeats=budget.repeats, clock=budget.clock)
+    return seconds, k[0].element_size()
 
 
 def measure_attention(
@@ -295,4 +314,5 @@ def measure_launch_overhead(device: Device, budget: Budget) -> float:
             x.mul_(1.0000001)
         return x
 
-    return time_s(run, device, warmup=budget.warmup, repeats=budget.repeats) / burst
+    seconds = time_s(run, device, warmup=budget.warmup, repeats=budget.repeats, clock=budget.clock)
+    return seconds / burst

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import replace as dataclass_replace
 
@@ -224,13 +225,17 @@ def run_calibration(
     plan_name: str = "quick",
     layers: int | None = None,
     command: str = "servefit calibrate",
+    clock: Callable[[], float] | None = None,
 ) -> CalibrationDocument:
+    """``clock`` times the CPU and MPS runs (the wall clock when None; see :class:`Budget`)."""
     check_supported(spec)
     device = pick_device(device_name)
     if device.backend == "cpu" and spec.dtype != "float32":
         # CPUs without bf16 matrix units emulate it very slowly: measure what they run well
         spec = dataclass_replace(spec, dtype="float32")
     plan = Plan.named(plan_name, layers)
+    if clock is not None:
+        plan = dataclass_replace(plan, budget=dataclass_replace(plan.budget, clock=clock))
     try:
         ceilings = measure_ceilings(device, spec, plan)
         timings = measure_steps(device, spec, plan)

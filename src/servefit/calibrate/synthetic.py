@@ -205,8 +205,12 @@ class SyntheticModel:
             with torch.inference_mode():
                 return sampled[i % budget.rotate] @ self.lm_head
 
-        stack_s = time_s(stack, self.device, warmup=budget.warmup, repeats=budget.repeats)
-        head_s = time_s(head, self.device, warmup=budget.warmup, repeats=budget.repeats)
+        stack_s = time_s(
+            stack, self.device, warmup=budget.warmup, repeats=budget.repeats, clock=budget.clock
+        )
+        head_s = time_s(
+            head, self.device, warmup=budget.warmup, repeats=budget.repeats, clock=budget.clock
+        )
         return StepTiming(
             label=label or f"{'prefill' if tokens > 1 else 'decode'} b{batch} t{tokens} c{context}",
             kind="prefill" if tokens > 1 else "decode",
