@@ -36,6 +36,7 @@ from typing import Any
 
 from servefit.adapters import launcher
 from servefit.adapters.detect import DetectedHardware, detect
+from servefit.adapters.redact import redact_argv
 from servefit.adapters.vllm_log import LogFact, StartupLog
 from servefit.app.check_log import (
     Comparison,
@@ -352,8 +353,9 @@ def run_up(req: UpRequest, say: Say, echo: Say | None = None) -> UpResult:
     (run_dir / "plan.json").write_text(
         outcome_document(outcome).model_dump_json(indent=2), encoding="utf-8"
     )
-    (run_dir / "command.json").write_text(json.dumps(command, indent=2), encoding="utf-8")
-    say(f"Launching: {' '.join(command)}")
+    shown = redact_argv(command)  # what runs keeps its secrets; what is written does not
+    (run_dir / "command.json").write_text(json.dumps(shown, indent=2), encoding="utf-8")
+    say(f"Launching: {' '.join(shown)}")
     say(f"  log: {run_dir / 'vllm.log'}")
 
     base_url = f"http://{req.host}:{req.port}"

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servefit.adapters.redact import redact_argv
 from servefit.adapters.vllm_log import StartupLog
 from servefit.app.check_log import Comparison, LogRefusal
 from servefit.app.plan import PlanOutcome
@@ -117,7 +118,7 @@ def write_report(run_dir: Path, outcome: PlanOutcome, result: UpResult, hw: str)
         "",
         f"- hardware: {hw}",
         f"- engine: {plan.engine_label} {plan.settings.vllm_version}",
-        f"- command: `{' '.join(result.command)}`",
+        f"- command: `{' '.join(redact_argv(result.command))}`",
         f"- verdict: {outcome.verdict.headline}",
     ]
     if result.ready_s is not None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from servefit.adapters.redact import redact_text
 from servefit.cli.options import build_deployment, deployment_options
 from servefit.cli.output import fail
 from servefit.errors import ServefitError
@@ -73,10 +74,14 @@ def up(
             startup_timeout_s=startup_timeout_s,
             is_version_given=is_version_given,
         )
+        # secrets never echoed: the launch line, and vLLM's own log ("non-default args:
+        # {'api_key': ...}") as it is streamed
         result = run_up(
             request,
-            say=lambda text: click.echo(text),
-            echo=None if quiet_log else lambda line: click.echo(f"  | {line}", err=True),
+            say=lambda text: click.echo(redact_text(text)),
+            echo=None
+            if quiet_log
+            else lambda line: click.echo(f"  | {redact_text(line)}", err=True),
         )
     except ServefitError as error:
         fail(error)
