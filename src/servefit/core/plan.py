@@ -37,10 +37,7 @@ from servefit.core.kv_cache import (
 from servefit.core.memory import MemoryBreakdown, activation_peak_bytes, memory_breakdown
 from servefit.core.model_spec import (
     AttentionSpec,
-    LinearAttentionSpec,
-    MambaSpec,
     MixerKind,
-    MlaSpec,
     ModelSpec,
 )
 
@@ -56,6 +53,7 @@ from servefit.core.plan_settings import (
 )
 from servefit.core.plan_settings import auto_dtype as auto_dtype
 from servefit.core.plan_verdict import STARTUP, capacity_verdict
+from servefit.core.tp_rules import MAX_LISTED_TP, tp_refusals, valid_tp_sizes
 from servefit.core.weights import count_params, pipeline_layer_split, weight_bytes
 from servefit.errors import InvalidArgumentError
 
@@ -65,23 +63,21 @@ TP_CANDIDATES = (1, 2, 4, 8)
 
 
 @lru_cache(maxsize=1024)
-def check_parallel_layout(spec: ModelSpec, tp: int, pp: int) -> None:
-    """Step 2: the divisibility vLLM enforces at startup."""
-    for layer in spec.layers:
-        mixer = layer.mixer
-        heads = None
-        if isinstance(mixer, AttentionSpec | MlaSpec):
-            heads = mixer.num_q_heads if isinstance(mixer, AttentionSpec) else mixer.num_heads
-        elif isinstance(mixer, LinearAttentionSpec):
-            heads = mixer.num_v_heads
-        elif isinstance(mixer, MambaSpec) and mixer.version == 2:
-            heads = mixer.num_heads
-        if heads is not None and heads % tp:
-            valid = [t for t in TP_CANDIDATES if heads % t == 0]
-            raise InvalidArgumentError(
-                f"--tensor-parallel-size {tp} does not divide the model's {heads} heads "
-                f"({spec.name}); vLLM refuses to start. Valid sizes: {valid}"
-            )
+def check_parallel_layout(spec: ModelSpec, tp: int, pp: int, *, ep: bool = False) -> None:
+    """Step 2: the divisibility and replication rules vLLM 0.32 enforces at startup, per
+    layer kind (:mod:`servefit.core.tp_rules`, each rule citing its vLLM source); ``ep``:
+    with ``--enable-expert-parallel``. Raises ``InvalidArgumentError`` (exit 2) naming every
+    broken rule and the sizes that would start."""
+    if tp < 1:
+        raise InvalidArgumentError(f"--tensor-parallel-size must be >= 1, got {tp}")
+    reasons = tp_refusals(spec, tp, ep=ep)
+    if reasons:
+        valid = ", ".join(map(str, valid_tp_sizes(spec, ep=ep))) or "none"
+        raise InvalidArgumentError(
+            f"--tensor-parallel-size {tp}: vLLM refuses to start {spec.name}: "
+            + "; ".join(reasons)
+            + f". Valid sizes up to {MAX_LISTED_TP}: {valid}"
+        )
     if pp > spec.num_layers:
         raise InvalidArgumentError(
             f"--pipeline-parallel-size {pp} exceeds the model's {spec.num_layers} layers"
