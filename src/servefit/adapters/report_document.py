@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from servefit import __version__
 from servefit.adapters.document import FrozenDoc
 from servefit.adapters.perf_document import CostSection
@@ -22,7 +24,7 @@ from servefit.bench.records import Outcome, RequestRecord
 from servefit.bench.runner import BenchResult
 from servefit.core.diagnosis import Expectations, Finding, Observations
 from servefit.core.workload import Workload
-from servefit.errors import ConfigError
+from servefit.errors import ConfigError, DatasetError
 from servefit.monitor.nvml import GpuSample
 
 SCHEMA_VERSION = 1
@@ -91,20 +93,48 @@ class ReportDocument(FrozenDoc):
 
 
 def load_bench(directory: Path) -> tuple[BenchResult, list[RequestRecord]]:
+    """A ``servefit bench --output DIR`` run: ``summary.json`` and every record of
+    ``requests.jsonl``. Strict: the summary's figures come from all the records, so a line
+    that is not a record is an error naming the file and line (exit 2), never skipped."""
     summary = directory / "summary.json"
     try:
-        result = BenchResult.model_validate_json(summary.read_text(encoding="utf-8"))
+        result = BenchResult.model_validate_json(summary.read_bytes())
     except OSError as error:
-        raise ConfigError(f"--bench {directory}: no summary.json ({error.strerror})") from None
+        raise DatasetError(f"--bench {directory}: no summary.json ({error.strerror})") from None
     except ValueError as error:
-        raise ConfigError(f"--bench {summary} is not a servefit bench summary: {error}") from None
+        raise DatasetError(
+            f"--bench {summary} is not a servefit bench summary: {_first_error(error)}"
+        ) from None
     records = []
     path = directory / "requests.jsonl"
     if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except OSError as error:
+            raise DatasetError(f"--bench {path}: cannot be read ({error.strerror})") from None
+        except UnicodeDecodeError as error:
+            raise DatasetError(
+                f"--bench {path}: not UTF-8 text (byte {error.start}); bench writes UTF-8 JSONL"
+            ) from None
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
                 records.append(RequestRecord.model_validate_json(line))
+            except ValueError as error:
+                raise DatasetError(
+                    f"--bench {path}:{n} is not a request record: {_first_error(error)}"
+                ) from None
     return result, records
+
+
+def _first_error(error: ValueError) -> str:
+    """A pydantic error as one line: ``field: message`` of its first problem."""
+    if isinstance(error, ValidationError) and error.errors():
+        first = error.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return f"{where}: {first['msg']}" if where else first["msg"]
+    return str(error).splitlines()[0]
 
 
 def measured_section(

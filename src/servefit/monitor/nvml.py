@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from servefit.errors import ConfigError, InvalidArgumentError, MonitorError
+from servefit.errors import DatasetError, InvalidArgumentError, MonitorError
 
 DEFAULT_INTERVAL_S = 0.1
 
@@ -161,21 +162,62 @@ class GpuMonitor:
 
 
 def read_samples(path: Path) -> list[GpuSample]:
-    """Samples from a monitor file; a half-written last line (killed mid-write) is skipped."""
+    """Samples from a monitor file, each checked (an integer GPU index, finite numbers).
+
+    A line that is not a sample is an error naming the file, the line and the field (exit
+    2). The one skip: a last line cut short (no newline at its end, not JSON), which is what
+    a monitor killed while writing leaves; complete lines are never skipped."""
     return list(_iter_samples(path))
 
 
 def _iter_samples(path: Path) -> Iterator[GpuSample]:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_bytes().decode("utf-8")
     except OSError as error:
-        raise ConfigError(f"cannot read GPU samples {path}: {error.strerror}") from None
+        raise DatasetError(f"cannot read GPU samples {path}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise DatasetError(
+            f"GPU samples {path}: not UTF-8 text (byte {error.start}); the monitor writes UTF-8"
+        ) from None
+    lines = text.splitlines()
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            yield GpuSample(**json.loads(line))
-        except (json.JSONDecodeError, TypeError) as error:
-            if n == len(lines):
+            raw = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as error:
+            if n == len(lines) and not text.endswith("\n"):
                 return  # the monitor was killed while writing its last line
-            raise ConfigError(f"{path}:{n} is not a GPU sample: {error}") from None
+            raise DatasetError(f"{path}:{n} is not a GPU sample: {error}") from None
+        problem = _sample_problem(raw)
+        if problem:
+            raise DatasetError(f"{path}:{n} is not a GPU sample: {problem}")
+        yield GpuSample(**raw)
+
+
+_SAMPLE_FIELDS = {f.name: str(f.type) for f in fields(GpuSample)}
+
+
+def _sample_problem(raw: Any) -> str | None:
+    """Why a decoded line cannot be a :class:`GpuSample`, or None."""
+    if not isinstance(raw, dict):
+        return f"a JSON object is expected, not {type(raw).__name__}"
+    unknown = sorted(set(raw) - set(_SAMPLE_FIELDS))
+    if unknown:
+        return f"unknown field(s) {unknown}"
+    for name, kind in _SAMPLE_FIELDS.items():
+        if name not in raw:
+            if "None" in kind:
+                continue
+            return f"field {name!r} is missing"
+        value = raw[name]
+        if value is None and "None" in kind:
+            continue
+        is_number = isinstance(value, int | float) and not isinstance(value, bool)
+        if kind == "int" and not (isinstance(value, int) and not isinstance(value, bool)):
+            return f"field {name!r} is {value!r}, not an integer"
+        if not is_number:
+            return f"field {name!r} is {value!r}, not a number"
+        if not math.isfinite(value) or (value < 0 and name not in ("t_s", "wall_s")):
+            return f"field {name!r} is {value!r}: a finite, non-negative number is expected"
+    return None
