@@ -59,6 +59,13 @@ class ParamCounts:
     def non_embedding(self) -> int:
         return self.total - self.embedding - self.vision
 
+    @property
+    def active_non_embedding(self) -> int:
+        """Active per token without the input embedding lookup (OpenAI's convention for
+        gpt-oss: 5.1B of 116.8B); ``active`` keeps it (Mistral's: Mixtral's 12.9B). A tied
+        embedding is the LM head's matmul too, so it stays in both (docs/model.md)."""
+        return self.active - self.input_embedding
+
 
 @lru_cache(maxsize=256)
 def count_params(spec: ModelSpec) -> ParamCounts:
