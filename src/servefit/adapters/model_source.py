@@ -37,6 +37,9 @@ class LoadedModel:
     mamba_ssm_dtype: str | None
     checkpoint_bytes: int | None = None  # safetensors index total_size, when known
     published_params: dict[str, Any] | None = None
+    # the catalog entry's confidence ("high", "medium", "low", ...) and notes; None off it
+    catalog_confidence: str | None = None
+    catalog_note: str | None = None
 
 
 # The deepest JSON a config file may nest: Hugging Face configs nest 3 levels (a config,
@@ -284,6 +287,8 @@ def load_model(model: str, *, revision: str | None = None, allow_hub: bool = Tru
             source=entry.source,
             mamba_ssm_dtype=state_dtype(entry.config),
             published_params=entry.published_params,
+            catalog_confidence=entry.confidence.strip().rstrip(".").lower(),
+            catalog_note=entry.notes,
         )
     if "/" not in model or model.startswith((".", "/", "~")):
         raise ModelNotFoundError(

@@ -31,11 +31,17 @@ class ModelSection(FrozenDoc):
     num_layers: int
     layer_kinds: dict[str, int]
     params_total: int
-    params_active: int
+    params_active: int  # all parameters a token uses, input embedding included (Mistral's)
     params_embedding: int
     params_vision: int
     params_mtp: int
     checkpoint_bytes: int | None  # safetensors index total_size, when the source has one
+    # active without the input embedding lookup (OpenAI's convention); None in old documents
+    params_active_non_embedding: int | None = None
+    # the bundled catalog entry's confidence ("high", "medium", "low", ...) and its notes
+    # (a reconstructed entry says so there); None when the config came from a path or the Hub
+    catalog_confidence: str | None = None
+    catalog_note: str | None = None
 
 
 class GpuSection(FrozenDoc):
@@ -157,6 +163,8 @@ def outcome_document(
         source=outcome.resolved.loaded.source,
         vllm_command=outcome.vllm_command,
         checkpoint_bytes=outcome.resolved.loaded.checkpoint_bytes,
+        catalog_confidence=outcome.resolved.loaded.catalog_confidence,
+        catalog_note=outcome.resolved.loaded.catalog_note,
         performance=performance_section(perf) if perf is not None else None,
         scaling=scaling,
     )
@@ -210,6 +218,8 @@ def plan_document(
     checkpoint_bytes: int | None = None,
     performance: PerformanceSection | None = None,
     scaling: ScalingSection | None = None,
+    catalog_confidence: str | None = None,
+    catalog_note: str | None = None,
 ) -> PlanDocument:
     spec, p, m, r = plan.model, plan.params, plan.memory, plan.settings
     kinds: dict[str, int] = {}
@@ -231,10 +241,13 @@ def plan_document(
             layer_kinds=kinds,
             params_total=p.total,
             params_active=p.active,
+            params_active_non_embedding=p.active_non_embedding,
             params_embedding=p.embedding,
             params_vision=p.vision,
             params_mtp=p.mtp,
             checkpoint_bytes=checkpoint_bytes,
+            catalog_confidence=catalog_confidence,
+            catalog_note=catalog_note,
         ),
         gpu=GpuSection(
             name=plan.gpu.name,

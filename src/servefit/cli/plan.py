@@ -78,6 +78,7 @@ def plan(
             model_id=outcome.resolved.model_id,
             console=out,
             checkpoint_bytes=outcome.resolved.loaded.checkpoint_bytes,
+            loaded=outcome.resolved.loaded,
         )
         if outcome.performance is not None:
             render_performance(outcome.performance, out)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from servefit.core.plan import CapacityPlan
 
 if TYPE_CHECKING:
+    from servefit.adapters.model_source import LoadedModel
     from servefit.app.plan import PlanOutcome
 from servefit.units import GIB_BYTES, MIB_BYTES
 
@@ -34,6 +37,33 @@ def _params(count: int) -> str:
     return f"{count / 1e9:,.2f} B" if count >= 1e8 else f"{count / 1e6:,.1f} M"
 
 
+# A catalog note's opening words that only restate its level ("medium:", "RECONSTRUCTED:").
+_LEVEL_PREFIX = re.compile(r"^(?:(?:reconstructed|low-medium|medium|high|low)\b[\s:.,;-]*)+", re.I)
+NOTE_WIDTH = 140  # characters of a catalog note the terminal shows (the JSON has it all)
+
+
+def catalog_caveat(loaded: LoadedModel | None) -> str | None:
+    """One line when the config came from a catalog entry below high confidence or
+    reconstructed from other files; None otherwise."""
+    if loaded is None or loaded.catalog_confidence is None:
+        return None
+    note = (loaded.catalog_note or "").replace("**", "").strip()
+    reconstructed = "reconstruct" in f"{note} {loaded.source}".lower()
+    if loaded.catalog_confidence == "high" and not reconstructed:
+        return None
+    level = f"{loaded.catalog_confidence} confidence" + (", reconstructed" if reconstructed else "")
+    summary = _LEVEL_PREFIX.sub("", note).split(". ")[0].rstrip(".")
+    if summary.startswith("(") and summary.endswith(")"):
+        summary = summary[1:-1]
+    if len(summary) > NOTE_WIDTH:
+        summary = summary[: NOTE_WIDTH - 3].rstrip() + "..."
+    return (
+        f"catalog entry: {level}"
+        + (f" ({summary})" if summary else "")
+        + "; give a path to the model's own config.json to plan on the real file"
+    )
+
+
 def memory_bar(plan: CapacityPlan) -> Text:
     parts = plan.memory.parts_bytes
     total = max(plan.memory.total_bytes, sum(max(v, 0) for v in parts.values()))
@@ -54,14 +84,20 @@ def render_capacity(
     model_id: str,
     console: Console,
     checkpoint_bytes: int | None = None,
+    loaded: LoadedModel | None = None,
 ) -> None:
-    """The model, where the memory goes, and the KV cache as the engine reports it."""
+    """The model, where the memory goes, and the KV cache as the engine reports it.
+    ``loaded``: where the config came from (a catalog entry's confidence is shown)."""
     device = "CPU" if plan.gpu.vendor == "cpu" else "GPU"  # as vLLM names the device
     spec, p, m, r = plan.model, plan.params, plan.memory, plan.settings
     gpus = f"{r.num_gpus} x {plan.gpu.name}" if r.num_gpus > 1 else plan.gpu.name
     under = f"{plan.engine_label} {r.vllm_version}".rstrip()  # other engines: no version
     console.print(f"[bold]{model_id}[/] on [bold]{gpus}[/] under {under}")
-    active = f", {_params(p.active)} active per token" if p.active != p.total else ""
+    active = ""
+    if p.active != p.total:
+        active = f", {_params(p.active)} active per token"
+        if p.active_non_embedding != p.active:
+            active += f" ({_params(p.active_non_embedding)} without the input embedding)"
     console.print(
         f"  {spec.family}, {spec.num_layers} layers, {_params(p.total)} parameters{active}; "
         f"{spec.dtype}, {spec.quant.description}"
@@ -71,6 +107,9 @@ def render_capacity(
         kind = layer.mixer.kind.value if layer.mixer else "mlp only"
         kinds[kind] = kinds.get(kind, 0) + 1
     console.print("  layers: " + ", ".join(f"{n} {k}" for k, n in kinds.items()))
+    caveat = catalog_caveat(loaded)
+    if caveat:
+        console.print(f"  [yellow]{escape(caveat)}[/]", highlight=False)
     if checkpoint_bytes:
         console.print(
             f"  weights: {_gib(plan.weights_total_bytes)} as loaded (servefit), "
