@@ -1,0 +1,754 @@
+"""Hostile input: model configs and flags, mutated, planned in-process, counted per class.
+
+Run: python benchmarks/fuzz.py [--cases 10000] [--flag-cases 500] [--seed 0]
+(prints two tables; exits 0 whatever the counts; a run of 10,000 configs takes ~5 minutes
+on a 2-core machine).
+
+Each config case takes a bundled config (``src/servefit/data/models``), mutates it (a value
+set to NaN, Infinity, 1e308, a 5,000-digit integer, a negative or zero count, a bool, a
+string, a list, 100,000-deep nesting; a key deleted or inserted; the file re-encoded as
+UTF-16, Latin-1 or with a BOM, truncated; a junk ``hf_quant_config.json`` or
+``model.safetensors.index.json`` next to it), writes it to a directory and plans it with
+``plan_deployment`` on an H100 (capacity only: the config is what is fuzzed). Each flag case
+runs ``servefit plan`` in-process (``cli.main``) with random, often hostile, flag values.
+
+Classes:
+
+- *clean error*: a ``ServefitError`` (exit 2 at the CLI);
+- *plausible*: a plan whose numbers are finite and non-negative (a negative KV-cache budget
+  is how a plan says "does not fit"), whose parameters are within 2x of the unmutated
+  config's unless a size field changed, and that was not built from a value known to be
+  wrong (a negative count, NaN, an unknown ``--dtype``, ...);
+- *implausible*: a plan that breaks one of those;
+- *crash*: any other exception (exit 3 at the CLI);
+- *hang*: over the per-case time limit, or out of memory on the way.
+
+The test suite (``tests/property/test_fuzz_configs.py``) draws the same mutations with
+Hypothesis and holds the invariant "clean error or plausible".
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import math
+import random
+import re
+import resource
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+CLASSES = ("clean error", "plausible", "implausible", "crash", "hang")
+GPU = "H100"
+CONFIG_TIME_LIMIT_S = 5.0  # a capacity plan takes ~25 ms
+FLAG_TIME_LIMIT_S = 20.0  # a plan with the performance section takes ~1 s
+MEMORY_HEADROOM_BYTES = 3 * 2**30  # over this much growth in one case counts as a hang
+
+HUGE_INT = "9" * 5000  # beyond Python's 4,300-digit int parsing limit
+DEEP = 100_000  # nesting depth
+
+
+class Chooser(Protocol):
+    """Where the randomness comes from: ``random.Random`` here, Hypothesis in the tests."""
+
+    def choice(self, seq: Sequence[Any]) -> Any: ...
+
+    def random(self) -> float: ...
+
+
+# -- configs ------------------------------------------------------------------------------
+
+# Raw-JSON values (inserted as text, so NaN, 5,000-digit integers and deep nesting get in).
+NUMBERS: tuple[str, ...] = (
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    "1e308",
+    "-1e308",
+    "1e18",
+    "9223372036854775808",
+    HUGE_INT,
+    "-1",
+    "0",
+    "-64",
+    "0.5",
+    "3.5",
+    "1e-300",
+    "2.0",
+)
+OTHERS: tuple[str, ...] = ("true", "false", "null", '""', '"x"', '"64"', "[]", "{}", "[1, 2]")
+NESTED = "[" * DEEP + "]" * DEEP
+VALUES = (*NUMBERS, *OTHERS, NESTED)
+
+# Fields servefit reads as integer counts (positive unless listed in ZERO_OK), and the
+# fields that change the size of the model when they change.
+INT_FIELDS = frozenset(
+    {
+        "num_hidden_layers",
+        "hidden_size",
+        "vocab_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "intermediate_size",
+        "max_position_embeddings",
+        "num_experts",
+        "num_local_experts",
+        "n_routed_experts",
+        "moe_intermediate_size",
+        "num_experts_per_tok",
+        "n_shared_experts",
+        "shared_expert_intermediate_size",
+        "first_k_dense_replace",
+        "moe_layer_freq",
+        "decoder_sparse_step",
+        "kv_lora_rank",
+        "q_lora_rank",
+        "qk_rope_head_dim",
+        "qk_nope_head_dim",
+        "v_head_dim",
+        "full_attention_interval",
+        "linear_num_value_heads",
+        "linear_num_key_heads",
+        "linear_key_head_dim",
+        "linear_value_head_dim",
+        "linear_conv_kernel_dim",
+        "attn_layer_period",
+        "attn_layer_offset",
+        "expert_layer_period",
+        "expert_layer_offset",
+        "mamba_d_state",
+        "mamba_d_conv",
+        "mamba_expand",
+        "mamba_dt_rank",
+        "mamba_num_heads",
+        "mamba_head_dim",
+        "ssm_state_size",
+        "sliding_window_pattern",
+        "attention_chunk_size",
+        "interleave_moe_layer_step",
+        "num_nextn_predict_layers",
+        "mtp_num_hidden_layers",
+        "n_groups",
+        "conv_kernel",
+        "max_window_layers",
+        "intermediate_size_mlp",
+        "moe_shared_expert_intermediate_size",
+    }
+)
+ZERO_OK = frozenset(
+    {
+        "n_shared_experts",
+        "shared_expert_intermediate_size",
+        "first_k_dense_replace",
+        "num_nextn_predict_layers",
+        "mtp_num_hidden_layers",
+        "attn_layer_offset",
+        "expert_layer_offset",
+        "max_window_layers",
+        "n_routed_experts",
+        "num_experts",
+        "moe_shared_expert_intermediate_size",
+        "sliding_window",
+    }
+)
+SIZE_WORDS = re.compile(
+    r"size|layers|heads|dim|experts|rank|interval|freq|step|replace|period|offset|pattern|"
+    r"state|expand|conv|kernel|groups|vocab|types|model_type|text_config|vision_config|depth|"
+    r"num_|tok|act|tie|bias|gate"
+)
+INSERTABLE = (
+    "head_dim",
+    "num_key_value_heads",
+    "sliding_window",
+    "partial_rotary_factor",
+    "max_position_embeddings",
+    "architectures",
+    "layer_types",
+    "mlp_only_layers",
+    "vision_config",
+    "quantization_config",
+    "rope_parameters",
+)
+QUANT_TEMPLATES: tuple[dict[str, Any], ...] = (
+    {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False},
+    {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True},
+    {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]},
+    {
+        "quant_method": "compressed-tensors",
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128},
+            }
+        },
+        "ignore": ["lm_head"],
+    },
+    {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"},
+    {"quant_method": "mxfp4", "modules_to_not_convert": ["router"]},
+    {"bits": 4, "group_size": 64},  # MLX
+)
+QUANT_FILES: tuple[str, ...] = (
+    '{"quantization": {"quant_algo": "NVFP4", "group_size": 16, "exclude_modules": ["lm_head"]}}',
+    '{"quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}}',
+    '{"quantization": {"quant_algo": "MIXED_PRECISION", "quantized_layers": '
+    '{"model.layers.0.mlp": {"quant_algo": "NVFP4", "group_size": 16}}}}',
+)
+INDEX_FILES: tuple[str, ...] = (
+    '{"metadata": "x"}',
+    '{"metadata": {"total_size": -5}}',
+    '{"metadata": {"total_size": NaN}}',
+    '{"metadata": {"total_size": 1e30}}',
+    '{"metadata": {"total_size": ' + HUGE_INT + "}}",
+    '{"metadata": {"total_size": "16000000000"}}',
+    '{"metadata": {"total_size": true}}',
+    "[]",
+    '"x"',
+    '{"metadata": {"total_size": 16000000000}, "weight_map": {}}',
+    '{"metadata": {"total_size": 16000000000}',  # truncated
+)
+ENCODINGS = ("utf-16", "utf-16-le", "utf-8-sig", "latin-1", "cp1252", "utf-32", "bytes")
+
+
+@dataclass
+class ConfigCase:
+    """One mutated model directory."""
+
+    model_id: str
+    files: dict[str, bytes]
+    description: str
+    is_size_changed: bool = False  # parameters may move by more than 2x
+    is_bad_value: bool = False  # a value servefit reads was made wrong: it must be refused
+
+
+@dataclass
+class Seed:
+    model_id: str
+    config: dict[str, Any]
+    hf_quant_config: dict[str, Any] | None
+    params_total: int | None = None  # of the unmutated config (None: it does not plan here)
+
+
+def seeds() -> list[Seed]:
+    from servefit.adapters.catalog import find_catalog_model, model_ids
+
+    out = []
+    for model_id in model_ids():
+        entry = find_catalog_model(model_id)
+        assert entry is not None
+        out.append(Seed(model_id, dict(entry.config), entry.hf_quant_config))
+    return out
+
+
+def _containers(config: dict[str, Any]) -> list[tuple[str, ...]]:
+    """Paths of the objects a mutation may touch: the config and its nested blocks."""
+    paths: list[tuple[str, ...]] = [()]
+    for key in ("text_config", "vision_config", "quantization_config", "rope_scaling"):
+        if isinstance(config.get(key), dict):
+            paths.append((key,))
+    text = config.get("text_config")
+    if isinstance(text, dict) and isinstance(text.get("quantization_config"), dict):
+        paths.append(("text_config", "quantization_config"))
+    return paths
+
+
+def _at(config: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+    node = config
+    for key in path:
+        node = node[key]
+    return node
+
+
+# list fields -> the replacement values that stay valid
+LIST_FIELDS = {
+    "layer_types": ("null",),
+    "mlp_only_layers": ("null", "[]", "[1, 2]"),
+    "architectures": ("null", "[]"),
+}
+QUANT_BITS = {2, 3, 4, 8}
+
+
+def _is_bad_quant(key: str, raw: str) -> bool:
+    """Is ``raw`` a value a quantization block must not be accepted with?"""
+    if key not in ("bits", "group_size") or raw == "null":
+        return False
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        return True
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return True
+    if value != int(value):
+        return True
+    if key == "bits":
+        return value not in QUANT_BITS
+    return value == 0 or value < -1 or value > 2**20
+
+
+def _is_bad_for(key: str, raw: str) -> bool:
+    """Is ``raw`` a value servefit must refuse in field ``key``?"""
+    if key == "partial_rotary_factor":
+        try:
+            value = json.loads(raw)
+        except (ValueError, RecursionError):
+            return True
+        if value is None:
+            return False
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return True
+        return not 0 < value <= 1
+    if key in LIST_FIELDS:
+        return raw not in LIST_FIELDS[key]
+    if key not in INT_FIELDS and key != "sliding_window":
+        return False
+    if raw == "null":
+        return False
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        return True  # a 5,000-digit integer, 100,000-deep nesting
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return True
+    if not math.isfinite(value) or value != int(value) or value < 0 or value >= 1e15:
+        return True
+    return value == 0 and key not in ZERO_OK
+
+
+def mutate(seed: Seed, pick: Chooser) -> ConfigCase:
+    """One mutated copy of ``seed``: 1-3 value mutations, or a file-level one."""
+    config = json.loads(json.dumps(seed.config))
+    raws: dict[str, str] = {}  # sentinel -> raw JSON text
+    notes: list[str] = []
+    case = ConfigCase(seed.model_id, {}, "")
+    extra: dict[str, bytes] = {}
+    if seed.hf_quant_config is not None:
+        extra["hf_quant_config.json"] = json.dumps(seed.hf_quant_config).encode()
+    kind = pick.choice(("value", "value", "value", "value", "delete", "insert", "quant", "file"))
+    bad: dict[str, bool] = {}  # per field: the last mutation of a field is the one read
+    encoding = None
+    if kind == "file":
+        what = pick.choice(("encoding", "encoding", "index", "quantfile", "shape"))
+        if what == "encoding":
+            encoding = pick.choice(ENCODINGS)
+            notes.append(f"encoded {encoding}")
+        elif what == "index":
+            extra["model.safetensors.index.json"] = pick.choice(INDEX_FILES).encode()
+            notes.append("junk safetensors index")
+        elif what == "quantfile":
+            text = pick.choice(QUANT_FILES)
+            key = pick.choice(
+                ("quant_algo", "group_size", "exclude_modules", "kv_cache_quant_algo")
+            )
+            value = pick.choice(VALUES)
+            document = json.loads(text)
+            document["quantization"][key] = "\0RAW0\0"
+            text = json.dumps(document).replace('"\\u0000RAW0\\u0000"', value)
+            extra["hf_quant_config.json"] = text.encode()
+            notes.append(f"hf_quant_config {key}={value[:20]}")
+        else:
+            shape = pick.choice(("[]", "1", '"x"', "null", "", "{", "{}", "[{}]"))
+            case.files = {"config.json": shape.encode(), **extra}
+            case.description = f"config.json is {shape!r}"
+            return case
+    else:
+        for _ in range(pick.choice((1, 1, 1, 2, 3))):
+            path = pick.choice(_containers(config))
+            node = _at(config, path)
+            if kind == "quant":
+                template = json.loads(json.dumps(pick.choice(QUANT_TEMPLATES)))
+                key = pick.choice(sorted(template))
+                sentinel = f"\0RAW{len(raws)}\0"
+                raws[sentinel] = pick.choice(VALUES)
+                template[key] = sentinel
+                config["quantization_config"] = template
+                notes.append(f"quantization_config.{key}={raws[sentinel][:20]}")
+                text = config.get("text_config")
+                is_read = seed.hf_quant_config is None and not (
+                    isinstance(text, dict) and "quantization_config" in text
+                )
+                bad["quantization_config"] = is_read and _is_bad_quant(key, raws[sentinel])
+                continue
+            if kind == "insert":
+                key = pick.choice(INSERTABLE)
+            else:
+                keys = sorted(node)
+                if not keys:
+                    continue
+                key = pick.choice(keys)
+            label = ".".join((*path, key))
+            if kind == "delete":
+                node.pop(key, None)
+                notes.append(f"del {label}")
+                bad[label] = False
+                case.is_size_changed |= bool(SIZE_WORDS.search(key)) or bool(path)
+                continue
+            current = node.get(key)
+            if (
+                isinstance(current, int | float)
+                and not isinstance(current, bool)
+                and pick.random() < 0.3
+            ):
+                factor = pick.choice((2, 0.5, 10, 1000, -1, 0))
+                raw = json.dumps(int(current * factor))
+            elif isinstance(current, str) and pick.random() < 0.2:
+                raw = json.dumps(pick.choice((current + "_x", current.upper(), "")))
+            else:
+                raw = pick.choice(VALUES)
+            sentinel = f"\0RAW{len(raws)}\0"
+            raws[sentinel] = raw
+            node[key] = sentinel
+            notes.append(f"{label}={raw[:20]}")
+            case.is_size_changed |= bool(SIZE_WORDS.search(key)) or path == ("vision_config",)
+            text_path = ("text_config",) if isinstance(config.get("text_config"), dict) else ()
+            where_read = path == (() if key == "architectures" else text_path)
+            bad[label] = where_read and _is_bad_for(key, raw)
+    case.is_bad_value = any(bad.values())
+    text = json.dumps(config, indent=1)
+    for sentinel, raw in raws.items():
+        text = text.replace(json.dumps(sentinel), raw)
+    data = _encode(text, encoding, pick)
+    case.files = {"config.json": data, **extra}
+    case.description = "; ".join(notes) or "unchanged"
+    return case
+
+
+def _encode(text: str, encoding: str | None, pick: Chooser) -> bytes:
+    if encoding is None:
+        return text.encode()
+    if encoding in ("latin-1", "cp1252"):  # a non-ASCII character, as an editor might add
+        text = text.replace('"model_type"', '"_comment": "café", "model_type"', 1)
+        return text.encode(encoding)
+    if encoding == "bytes":
+        data = bytearray(text.encode())
+        at = int(pick.random() * len(data))
+        return bytes(data[:at]) + pick.choice((b"\xff\xfe", b"\x00", b"\xc3", b"\x80\x80"))
+    return text.encode(encoding)
+
+
+# -- judging one result --------------------------------------------------------------------
+
+NEGATIVE_OK = frozenset({"headroom_bytes_per_gpu", "kv_cache_memory_bytes"})
+
+
+def _numbers(doc: Any, path: str = "") -> Iterator[tuple[str, float]]:
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            yield from _numbers(value, key)
+    elif isinstance(doc, list):
+        for value in doc:
+            yield from _numbers(value, path)
+    elif isinstance(doc, int | float) and not isinstance(doc, bool):
+        yield path, doc
+
+
+def implausible_numbers(doc: dict[str, Any]) -> list[str]:
+    """Numbers a plan document must never hold: NaN, infinities, negative counts."""
+    bad = []
+    for name, value in _numbers(doc):
+        if not math.isfinite(value) or (value < 0 and name not in NEGATIVE_OK):
+            bad.append(f"{name}={value}")
+    return bad
+
+
+def judge_outcome(outcome: Any, case: ConfigCase, baseline: int | None) -> tuple[str, str]:
+    from servefit.adapters.plan_document import outcome_document
+
+    doc = json.loads(outcome_document(outcome).model_dump_json())
+    bad = implausible_numbers(doc)
+    total = outcome.capacity.params.total
+    if bad:
+        return "implausible", ", ".join(bad[:3])
+    if not 0 < total < 1e14:
+        return "implausible", f"{total:.3g} parameters"
+    if case.is_bad_value:
+        return "implausible", "accepted a wrong value"
+    if baseline and not case.is_size_changed and not baseline / 2 <= total <= 2 * baseline:
+        return "implausible", f"{total:.3g} parameters, unmutated {baseline:.3g}"
+    return "plausible", ""
+
+
+class Hang(BaseException):
+    """The per-case time limit passed (a BaseException: nothing in servefit catches it)."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    def expire(signum: int, frame: Any) -> None:
+        raise Hang
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _clear_caches() -> None:
+    from servefit.core import weights
+
+    for fn in (weights.count_params, weights.weight_tensors):
+        with contextlib.suppress(AttributeError):
+            fn.cache_clear()
+
+
+def plan_directory(folder: Path) -> Any:
+    from servefit.app.deployment import Deployment, Hardware
+    from servefit.app.plan import plan_deployment
+
+    d = Deployment(model=str(folder), hardware=Hardware(gpu=GPU), allow_hub=False)
+    return plan_deployment(d, with_performance=False)
+
+
+def run_config_case(
+    case: ConfigCase, folder: Path, baseline: int | None, limit_s: float = CONFIG_TIME_LIMIT_S
+) -> tuple[str, str]:
+    """Write ``case`` into ``folder`` and plan it: (class, detail)."""
+    from servefit.errors import ServefitError
+
+    for old in folder.iterdir():
+        old.unlink()
+    for name, data in case.files.items():
+        (folder / name).write_bytes(data)
+    try:
+        with time_limit(limit_s):
+            outcome = plan_directory(folder)
+            return judge_outcome(outcome, case, baseline)
+    except Hang:
+        return "hang", f"over {limit_s:g} s"
+    except MemoryError:
+        return "hang", "out of memory"
+    except ServefitError as error:
+        return "clean error", str(error)[:100]
+    except Exception as error:  # the class this benchmark exists to count
+        return "crash", f"{type(error).__name__}: {str(error)[:100]}"
+    finally:
+        _clear_caches()
+
+
+def baselines(all_seeds: list[Seed], folder: Path) -> None:
+    from servefit.errors import ServefitError
+
+    for seed in all_seeds:
+        case = ConfigCase(seed.model_id, {"config.json": json.dumps(seed.config).encode()}, "")
+        if seed.hf_quant_config is not None:
+            case.files["hf_quant_config.json"] = json.dumps(seed.hf_quant_config).encode()
+        for old in folder.iterdir():
+            old.unlink()
+        for name, data in case.files.items():
+            (folder / name).write_bytes(data)
+        try:
+            seed.params_total = plan_directory(folder).capacity.params.total
+        except ServefitError:
+            seed.params_total = None
+
+
+# -- flags --------------------------------------------------------------------------------
+
+# flag -> (values vLLM / servefit must accept, values that must be refused)
+FLAG_VALUES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "--concurrency": (("1", "8", "64"), ("0", "-1", "1e9", "1000000000", "nan")),
+    "--num-requests": (("10", "200"), ("0", "-5", "10000000")),
+    "--input-len": (("1", "512", "4k", "1e12"), ("0", "-1", "nan")),
+    "--output-len": (("1", "128", "1000000000000"), ("0", "-1")),
+    "--request-rate": (("0.5", "4"), ("nan", "inf", "-1", "0")),
+    "--turns": (("1", "3"), ("0", "-2", "1000000000")),
+    "--range-ratio": (("0", "0.5"), ("nan", "1", "-0.1", "inf")),
+    "--prefix-len": (("0", "16"), ("-1", "nan")),
+    "--slo-ttft-ms": (("500",), ("nan", "-1", "inf")),
+    "--slo-tpot-ms": (("50",), ("nan", "-5")),
+    "--max-model-len": (("4096", "8k"), ("0", "-64", "nan")),
+    "--max-num-seqs": (("16", "256"), ("0", "-1")),
+    "--max-num-batched-tokens": (("8192",), ("0", "-1", "nan")),
+    "--gpu-memory-utilization": (("0.8", "0.95"), ("0", "1.5", "nan", "inf", "-1")),
+    "--kv-cache-dtype": (
+        ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"),
+        ("int4", "int8", "", "banana"),
+    ),
+    "--kv-cache-memory-bytes": (("10G", "4GiB"), ("0", "-1", "nan", "abc")),
+    "--block-size": (("16", "32"), ("0", "-16", "nan")),
+    "--dtype": (("auto", "bfloat16", "float16", "half", "float32"), ("int8", "fp8", "", "x")),
+    "--vllm-version": (("0.10", "0.11", "0.19", "0.32"), ("99.0", "0.1", "abc", "")),
+    "-tp": (("1", "2"), ("0", "-1", "nan")),
+    "-pp": (("1", "2"), ("0", "-1")),
+    "--gpu-memory-gib": (("80",), ("0", "nan", "inf", "-1")),
+    "--gpu-bandwidth-gbps": (("3350",), ("0", "nan", "inf")),
+    "--context": (("8k",), ("0", "-1", "nan")),
+    "--num-gpus": (("8",), ("0", "-1")),
+}
+# flag -> values a plan may take, but never as a fit (vLLM would not start with them)
+NO_FIT_VALUES: dict[str, tuple[str, ...]] = {
+    "--max-model-len": ("1e30", "1099511627776"),
+    "--kv-cache-memory-bytes": ("1000TiB", "1e30"),
+}
+WORKLOAD_FLAGS = frozenset(
+    {
+        "--concurrency",
+        "--num-requests",
+        "--input-len",
+        "--output-len",
+        "--request-rate",
+        "--turns",
+        "--range-ratio",
+        "--prefix-len",
+        "--slo-ttft-ms",
+        "--slo-tpot-ms",
+    }
+)
+FLAG_MODELS = ("Qwen/Qwen3-0.6B", "meta-llama/Llama-3.2-1B-Instruct", "Qwen/Qwen3-30B-A3B")
+
+
+@dataclass
+class FlagCase:
+    argv: list[str]
+    is_bad_value: bool = False
+    is_no_fit: bool = False  # a value vLLM would not start with: never a fit
+    flags: list[str] = field(default_factory=list)
+
+
+def flag_case(pick: Chooser) -> FlagCase:
+    argv = ["plan", pick.choice(FLAG_MODELS), "--gpu", "H100", "--json"]
+    case = FlagCase(argv)
+    for _ in range(pick.choice((1, 1, 2, 3))):
+        flag = pick.choice(sorted(FLAG_VALUES))
+        if flag in case.flags:  # a repeated flag: the last value wins, the first is moot
+            continue
+        good, bad = FLAG_VALUES[flag]
+        is_bad = pick.random() < 0.6
+        value = pick.choice(bad if is_bad else good)
+        if flag in NO_FIT_VALUES and pick.random() < 0.3:
+            value, is_bad = pick.choice(NO_FIT_VALUES[flag]), False
+            case.is_no_fit = True
+        argv += [flag, value]
+        case.flags.append(flag)
+        case.is_bad_value |= is_bad
+    if not WORKLOAD_FLAGS & set(case.flags):
+        argv.append("--no-performance")
+    return case
+
+
+def run_flag_case(case: FlagCase, limit_s: float = FLAG_TIME_LIMIT_S) -> tuple[str, str]:
+    """Run ``servefit`` in-process on ``case.argv``: (class, detail)."""
+    from servefit.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code: int | str | None = 0
+    try:
+        with time_limit(limit_s), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main(case.argv)
+    except SystemExit as done:
+        code = done.code
+    except Hang:
+        return "hang", f"over {limit_s:g} s"
+    except MemoryError:
+        return "hang", "out of memory"
+    finally:
+        _clear_caches()
+    if code == 2:
+        return "clean error", err.getvalue().strip()[:100]
+    if code not in (0, 1):
+        return "crash", f"exit {code}: {err.getvalue().strip()[-120:]}"
+    try:
+        doc = json.loads(out.getvalue())
+    except ValueError:
+        return "crash", "exit 0/1 without a JSON document"
+    bad = implausible_numbers(doc)
+    if bad:
+        return "implausible", ", ".join(bad[:3])
+    if case.is_bad_value:
+        return "implausible", "accepted a wrong value"
+    if case.is_no_fit and code == 0:
+        return "implausible", "fits with a value vLLM would not start with"
+    return "plausible", ""
+
+
+# -- the run ------------------------------------------------------------------------------
+
+
+def _limit_memory() -> None:
+    """Cap the address space, so a runaway case fails with MemoryError instead of taking
+    the machine."""
+    pages = int(Path("/proc/self/statm").read_text().split()[0])
+    limit = pages * resource.getpagesize() + MEMORY_HEADROOM_BYTES
+    resource.setrlimit(resource.RLIMIT_AS, (limit, resource.RLIM_INFINITY))
+
+
+def _table(title: str, counts: Counter[str], examples: dict[str, list[str]], n: int) -> None:
+    print(f"\n{title} ({n:,} cases)")
+    print(f"{'class':<14}{'count':>8}{'share':>8}  example")
+    for name in CLASSES:
+        example = examples.get(name, [""])[0]
+        print(f"{name:<14}{counts[name]:>8,}{counts[name] / max(n, 1):>8.1%}  {example[:90]}")
+
+
+def run(
+    num_cases: int, num_flag_cases: int, seed: int, *, on_case: Callable[..., None] | None = None
+) -> tuple[Counter[str], Counter[str]]:
+    rng = random.Random(seed)
+    all_seeds = seeds()
+    config_counts: Counter[str] = Counter()
+    flag_counts: Counter[str] = Counter()
+    examples: dict[str, list[str]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        baselines(all_seeds, folder)
+        _limit_memory()
+        started = time.perf_counter()
+        for i in range(num_cases):
+            s = rng.choice(all_seeds)
+            case = mutate(s, rng)
+            verdict, detail = run_config_case(case, folder, s.params_total)
+            config_counts[verdict] += 1
+            examples.setdefault(verdict, []).append(f"{s.model_id}: {case.description} -> {detail}")
+            if on_case:
+                on_case(verdict, s.model_id, case.description, detail)
+            if (i + 1) % 1000 == 0:
+                print(
+                    f"  {i + 1:,} configs, {time.perf_counter() - started:.0f} s", file=sys.stderr
+                )
+        _table("configs", config_counts, examples, num_cases)
+        flag_examples: dict[str, list[str]] = {}
+        for _ in range(num_flag_cases):
+            fcase = flag_case(rng)
+            verdict, detail = run_flag_case(fcase)
+            flag_counts[verdict] += 1
+            flag_examples.setdefault(verdict, []).append(f"{' '.join(fcase.argv[1:])} -> {detail}")
+            if on_case:
+                on_case(verdict, "flags", " ".join(fcase.argv), detail)
+        _table("flags", flag_counts, flag_examples, num_flag_cases)
+    return config_counts, flag_counts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=int, default=10_000, help="config cases")
+    parser.add_argument("--flag-cases", type=int, default=500, help="flag cases")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--log", help="write every non-plausible case here (one per line)")
+    args = parser.parse_args()
+    log = Path(args.log).open("w") if args.log else None  # noqa: SIM115 - closed below
+
+    def on_case(verdict: str, model: str, description: str, detail: str) -> None:
+        if log is not None and verdict not in ("plausible", "clean error"):
+            log.write(f"{verdict}\t{model}\t{description}\t{detail}\n")
+            log.flush()
+
+    try:
+        run(args.cases, args.flag_cases, args.seed, on_case=on_case)
+    finally:
+        if log is not None:
+            log.close()
+
+
+if __name__ == "__main__":
+    main()
