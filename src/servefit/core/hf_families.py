@@ -121,7 +121,6 @@ def parse_qwen_moe(f: Fields, name: str) -> ModelSpec:
         mlp: Mlp = moe_from_qwen(f, shared_gate=True) if qwen_is_sparse(f, i) else dense_mlp_spec(f)
         layers.append(LayerSpec(mixer=attn, mlp=mlp))
     f.optional_int("max_window_layers")
-    f.optional_int("intermediate_size")  # checked even when every layer is sparse
     return build_spec(f, name=name, layers=layers)
 
 

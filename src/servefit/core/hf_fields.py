@@ -164,7 +164,6 @@ FIELD_LIMITS: dict[str, Limit] = {
             "linear_num_key_heads",
             "linear_num_value_heads",
             "mamba_num_heads",
-            "num_heads",
         ),
         HEADS,
     ),
@@ -400,6 +399,7 @@ def build_spec(
     # holds no junk in a field it knows.
     window_of(f)
     _rotary_factor(f)
+    f.optional_int("intermediate_size")  # unread when every layer is MoE or Mamba
     return ModelSpec(
         name=name,
         architecture="",

@@ -115,10 +115,8 @@ def _flag(block: Mapping[str, Any], key: str, where: str, *, default: bool) -> b
 
 
 def _bits(block: Mapping[str, Any], keys: tuple[str, ...], where: str, default: int) -> int:
-    key = next((k for k in keys if block.get(k) is not None), keys[0])
-    value = block.get(key, default)
-    if value is None:
-        value = default
+    key = next((k for k in keys if k in block), keys[0])
+    value = block.get(key, default)  # absent: the default; present: an integer (not null)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{where}.{key} must be an integer bit width, got {show(value)}")
     if not 1 <= value <= 32:
