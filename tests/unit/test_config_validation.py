@@ -102,7 +102,7 @@ def test_a_model_beyond_1e14_parameters_is_refused():
 @pytest.mark.parametrize(
     ("quant", "match"),
     [
-        ({"quant_method": "gptq", "bits": None}, "bits must be an integer bit width, got None"),
+        ({"quant_method": "gptq", "bits": None}, "bits must be an integer bit width, got null"),
         ({"quant_method": "gptq", "bits": 3.5}, "bits must be an integer bit width"),
         ({"quant_method": "awq", "bits": 4, "group_size": 0}, "group_size = 0"),
         ({"quant_method": "gptq", "bits": 4, "group_size": "128"}, "group_size must be an"),

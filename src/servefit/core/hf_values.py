@@ -33,6 +33,8 @@ _SHOW.maxlevel, _SHOW.maxstring, _SHOW.maxother, _SHOW.maxlist = 2, 40, 40, 4
 
 def show(value: Any) -> str:
     """A config value as an error message quotes it: short, with its JSON type."""
+    if value is None:
+        return "null"
     kinds = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
     kind = next((k for t, k in kinds.items() if isinstance(value, t)), None)
     if isinstance(value, list | tuple):
@@ -54,7 +56,7 @@ def checked_int(where: str, name: str, value: Any, limit: Limit = GENERIC) -> in
     string."""
     if isinstance(value, bool) or not isinstance(value, int):
         hint = ""
-        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
             hint = f" (write {int(value)}: a count is a JSON integer)"
         raise ConfigError(f"{where}: {name} must be an integer, got {show(value)}{hint}")
     if value < limit.minimum:
