@@ -26,6 +26,7 @@ from servefit.bench.schedules import Schedule
 DRAIN_TIMEOUT_S = 60.0  # after an interrupt, how long to wait for workers' last records
 START_TIMEOUT_S = 120.0  # workers import servefit and connect before the clock starts
 START_MARGIN_S = 0.05  # first arrival this long after the last worker is ready
+POLL_S = 0.5  # how often the parent's reader thread looks up from an empty queue
 _DONE = "__servefit_worker_done__"
 _READY = "__servefit_worker_ready__"
 
@@ -151,22 +152,42 @@ async def run_in_processes(
         except queue.Empty:
             return None
 
+    pending: asyncio.Future[Any] | None = None
+
+    async def get(timeout: float) -> Any:
+        """The next item, or None after ``timeout``. One get at a time: a get still running
+        when the run is interrupted is awaited again by the drain, so the item it takes (a
+        worker's last record) is handed on, not lost with a cancelled future."""
+        nonlocal pending
+        if pending is None:
+            pending = loop.run_in_executor(None, take, timeout)
+        item = await asyncio.shield(pending)
+        pending = None
+        return item
+
     async def drain(timeout: float | None) -> None:
+        """Hand records on until every worker is done, or ``timeout`` passes without an item."""
         nonlocal remaining
+        quiet_since = loop.time()
         while remaining:
-            item = await loop.run_in_executor(None, take, timeout)
+            item = await get(POLL_S)
             if item is None:
-                return
+                if timeout is not None and loop.time() - quiet_since > timeout:
+                    return
+                continue
+            quiet_since = loop.time()
             if item == _DONE:
                 remaining -= 1
-            else:
+            elif item != _READY:
                 sink(RequestRecord.model_validate_json(item))
 
     ready = 0
     try:
         while ready < n:  # every worker imported, connected and waiting
-            item = await loop.run_in_executor(None, take, START_TIMEOUT_S)
+            item = await get(START_TIMEOUT_S)
             if item is None or item == _DONE:
+                if item == _DONE:
+                    remaining -= 1  # the drain waits for the others only
                 break  # a worker died before it was ready: go with the others
             ready += 1
         start.value = clock() + START_MARGIN_S
