@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from servefit.adapters.redact import (
     REDACTED,
+    argv_secret_values,
     is_secret_name,
     redact_argv,
     redact_data,
@@ -246,3 +247,24 @@ def test_up_prints_and_writes_the_command_without_its_key(monkeypatch, tmp_path)
     written = json.loads((run_dir / "command.json").read_text())
     assert "--api-key" in written and PLAIN not in written
     assert PLAIN not in (run_dir / "report.md").read_text()
+
+
+def test_a_secret_flag_value_is_never_read_as_the_model():
+    from servefit.errors import InvalidArgumentError
+    from servefit.preflight.vllm_args import parse_vllm_command
+
+    with pytest.raises(InvalidArgumentError, match="names no model") as caught:
+        parse_vllm_command(["vllm", "serve", "--api-key", PLAIN])
+    assert PLAIN not in str(caught.value)
+    parsed = parse_vllm_command(["vllm", "serve", "--api-key", PLAIN, "Qwen/Qwen3-8B"])
+    assert parsed.model == "Qwen/Qwen3-8B"
+
+
+def test_values_of_secret_flags_are_hidden_wherever_they_reappear():
+    argv = ["vllm", "serve", "m", "--api-key", PLAIN, "--hf-token=hf-short-1", "--port", "8"]
+    assert argv_secret_values(argv) == [PLAIN, "hf-short-1"]
+    said = f"model config: {PLAIN!r} is neither a path nor an id; hf-short-1 too; port 8"
+    out = redact_text(said, environ={}, secrets=argv_secret_values(argv))
+    assert PLAIN not in out and "hf-short-1" not in out and "port 8" in out
+    # values too short to be told from ordinary words are hidden only at their flag
+    assert redact_text("x marks", environ={}, secrets=["x"]) == "x marks"

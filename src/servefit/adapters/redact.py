@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 REDACTED = "***"
 SECRET_WORDS = frozenset({"token", "key", "apikey", "secret", "password", "passwd", "credential"})
-MIN_ENV_SECRET_CHARS = 6  # shorter env values ("1", "true") would redact ordinary text
+MIN_SECRET_CHARS = 6  # shorter known values ("1", "true") would redact ordinary text
 
 _WORD_SPLIT = re.compile(r"[-_.\s]+")
 _FLAG_WITH_VALUE = re.compile(
@@ -56,7 +56,7 @@ def is_secret_name(name: str) -> bool:
 def secret_env_values(environ: Mapping[str, str] | None = None) -> list[str]:
     """The values of this process's secret-named environment variables, longest first."""
     env = os.environ if environ is None else environ
-    values = {v for k, v in env.items() if is_secret_name(k) and len(v) >= MIN_ENV_SECRET_CHARS}
+    values = {v for k, v in env.items() if is_secret_name(k) and len(v) >= MIN_SECRET_CHARS}
     return sorted(values, key=len, reverse=True)
 
 
@@ -80,9 +80,28 @@ def _assignment(match: re.Match[str]) -> str:
     return f"{match['name']}={REDACTED}"
 
 
-def redact_text(text: str, *, environ: Mapping[str, str] | None = None) -> str:
-    """A line or a document with every secret replaced by :data:`REDACTED`."""
-    for value in secret_env_values(environ):
+def argv_secret_values(argv: list[str] | tuple[str, ...]) -> list[str]:
+    """The values a command gives its secret-named flags (``--api-key VALUE``,
+    ``--api-key=VALUE``): hidden wherever they reappear (an error that quotes one)."""
+    found: list[str] = []
+    for i, arg in enumerate(argv):
+        name, eq, value = arg.partition("=")
+        if not arg.startswith("-") or not is_secret_name(name):
+            continue
+        if eq:
+            found.append(value)
+        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            found.append(argv[i + 1])
+    return [v for v in found if v]
+
+
+def redact_text(
+    text: str, *, environ: Mapping[str, str] | None = None, secrets: Iterable[str] = ()
+) -> str:
+    """A line or a document with every secret replaced by :data:`REDACTED`; ``secrets``
+    are known values to hide as well (:func:`argv_secret_values` of the command)."""
+    known = {*secret_env_values(environ), *(s for s in secrets if len(s) >= MIN_SECRET_CHARS)}
+    for value in sorted(known, key=len, reverse=True):
         text = text.replace(value, REDACTED)
     text = _AUTHORIZATION.sub(lambda m: f"{m['head']}{REDACTED}", text)
     text = _BEARER.sub(lambda m: f"{m['head']}{REDACTED}", text)
@@ -92,9 +111,12 @@ def redact_text(text: str, *, environ: Mapping[str, str] | None = None) -> str:
     return _KEY_SHAPES.sub(REDACTED, text)
 
 
-def redact_argv(argv: list[str], *, environ: Mapping[str, str] | None = None) -> list[str]:
+def redact_argv(
+    argv: list[str], *, environ: Mapping[str, str] | None = None, secrets: Iterable[str] = ()
+) -> list[str]:
     """A command as a list: ``--api-key VALUE`` and ``--api-key=VALUE`` keep the flag and
     lose the value; every argument is also redacted as text (headers, env values)."""
+    secrets = [*secrets, *argv_secret_values(argv)]
     out: list[str] = []
     hide_next = False
     for arg in argv:
@@ -111,29 +133,32 @@ def redact_argv(argv: list[str], *, environ: Mapping[str, str] | None = None) ->
                 out.append(arg)
                 hide_next = True
             continue
-        out.append(redact_text(arg, environ=environ))
+        out.append(redact_text(arg, environ=environ, secrets=secrets))
     return out
 
 
-def redact_data(data: Any, *, environ: Mapping[str, str] | None = None) -> Any:
+def redact_data(
+    data: Any, *, environ: Mapping[str, str] | None = None, secrets: Iterable[str] = ()
+) -> Any:
     """A JSON-like value (dicts, lists, strings) with secret-named keys' values and every
     string redacted; a list that looks like a command (an element starting with ``-``) is
     redacted as one."""
+    secrets = list(secrets)
     if isinstance(data, str):
-        return redact_text(data, environ=environ)
+        return redact_text(data, environ=environ, secrets=secrets)
     if isinstance(data, Mapping):
         return {
             k: (
                 REDACTED
                 if isinstance(k, str) and is_secret_name(k) and isinstance(v, str) and v
-                else redact_data(v, environ=environ)
+                else redact_data(v, environ=environ, secrets=secrets)
             )
             for k, v in data.items()
         }
     if isinstance(data, list | tuple):
         if all(isinstance(x, str) for x in data) and any(x.startswith("-") for x in data):
-            return redact_argv(list(data), environ=environ)
-        return [redact_data(x, environ=environ) for x in data]
+            return redact_argv(list(data), environ=environ, secrets=secrets)
+        return [redact_data(x, environ=environ, secrets=secrets) for x in data]
     return data
 
 

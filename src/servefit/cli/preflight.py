@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from servefit.adapters.redact import redact_argv, redact_data, redact_text
+from servefit.adapters.redact import argv_secret_values, redact_argv, redact_data, redact_text
 from servefit.cli.options import model_source_options, pop_serve_settings, serve_options
 from servefit.cli.output import EXIT_DOES_NOT_FIT, EXIT_OK, emit_json, fail
 from servefit.errors import InvalidArgumentError, ServefitError
@@ -112,8 +112,13 @@ def _preflight(
         gate.record_facts(facts, Path(record))
     result = gate.run_gate(facts, settings, strict=strict, allow_hub=not offline)
     # what is shown is redacted; what runs is the command as given
+    secrets = argv_secret_values(command)
     checks = [
-        replace(c, reason=redact_text(c.reason), remedy=redact_text(c.remedy))
+        replace(
+            c,
+            reason=redact_text(c.reason, secrets=secrets),
+            remedy=redact_text(c.remedy, secrets=secrets),
+        )
         for c in result.checks
     ]
     shown = redact_argv(command)
@@ -133,7 +138,7 @@ def _preflight(
                     for c in checks
                 ],
                 "command": shown,
-                "facts": redact_data(json.loads(result.facts.model_dump_json())),
+                "facts": redact_data(json.loads(result.facts.model_dump_json()), secrets=secrets),
             }
         )
     else:

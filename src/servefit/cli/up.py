@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from servefit.adapters.redact import redact_text
+from servefit.adapters.redact import argv_secret_values, redact_text
 from servefit.cli.options import build_deployment, deployment_options
 from servefit.cli.output import fail
 from servefit.errors import ServefitError
@@ -76,12 +76,13 @@ def up(
         )
         # secrets never echoed: the launch line, and vLLM's own log ("non-default args:
         # {'api_key': ...}") as it is streamed
+        secrets = argv_secret_values(extra)
         result = run_up(
             request,
-            say=lambda text: click.echo(redact_text(text)),
+            say=lambda text: click.echo(redact_text(text, secrets=secrets)),
             echo=None
             if quiet_log
-            else lambda line: click.echo(f"  | {redact_text(line)}", err=True),
+            else lambda line: click.echo(f"  | {redact_text(line, secrets=secrets)}", err=True),
         )
     except ServefitError as error:
         fail(error)

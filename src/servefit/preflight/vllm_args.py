@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from servefit.adapters.redact import is_secret_name
 from servefit.errors import InvalidArgumentError
 from servefit.units import parse_human_int
 
@@ -201,7 +202,8 @@ def parse_vllm_command(args: list[str]) -> VllmCommand:
             # A flag servefit does not model: the next bare word may be its value, or not.
             extra.append(arg)
             if inline is None and i + 1 < len(rest) and not rest[i + 1].startswith("-"):
-                after_unknown.append(rest[i + 1])
+                if not is_secret_name(flag):  # `--api-key sk-...`: a value, never the model
+                    after_unknown.append(rest[i + 1])
                 extra.append(rest[i + 1])
                 i += 1
             i += 1
