@@ -41,7 +41,8 @@ class ServerThread:
 
     def start(self) -> ServerThread:
         self._thread.start()
-        self._ready.wait(10)
+        if not self._ready.wait(120):  # a guard against a hang: returns once it listens
+            raise RuntimeError("the null server thread did not start listening")
         return self
 
     def stop(self) -> None:
