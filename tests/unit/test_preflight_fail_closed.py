@@ -216,6 +216,7 @@ def test_a_missing_executable_is_an_input_error_after_a_passing_gate(monkeypatch
     )
     assert result.exit_code == 2
     assert "no-such-program-servefit" in result.output and "no such executable" in result.output
+    assert "nothing was run" in result.output
     assert "Traceback" not in result.output
 
 

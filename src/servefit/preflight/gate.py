@@ -135,8 +135,8 @@ def find_program(command: list[str]) -> str:
     program = shutil.which(command[0])
     if program is None:
         raise InvalidArgumentError(
-            f"{command[0]!r}: no such executable on PATH (nothing was run); install it or "
-            "give its full path"
+            f"{command[0]!r}: no such executable (not on PATH, or not executable); nothing "
+            "was run: install it or give its full path"
         )
     return program
 
