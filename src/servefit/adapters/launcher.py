@@ -30,6 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
+from servefit.adapters.redact import argv_secret_values, redact_text
 from servefit.errors import InvalidArgumentError
 
 STOP_GRACE_S = 30.0
@@ -156,24 +157,35 @@ def start(
         started_s=time.monotonic(),
         _log=log,
     )
+    secrets = tuple(argv_secret_values(list(command)))
     child._reader = threading.Thread(
-        target=_pump, args=(process.stdout, log, on_line), name="servefit-log", daemon=True
+        target=_pump,
+        args=(process.stdout, log, on_line, secrets),
+        name="servefit-log",
+        daemon=True,
     )
     child._reader.start()
     return child
 
 
-def _pump(stream: IO[bytes] | None, log: IO[bytes], on_line: Callable[[str], None] | None) -> None:
-    """Copy the child's output to the log (flushed per line) and hand each line on."""
+def _pump(
+    stream: IO[bytes] | None,
+    log: IO[bytes],
+    on_line: Callable[[str], None] | None,
+    secrets: tuple[str, ...] = (),
+) -> None:
+    """Copy the child's output to the log (flushed per line, secrets redacted: vLLM logs
+    its non-default args, an API key included) and hand each line on."""
     if stream is None:
         return
     for raw in iter(stream.readline, b""):
+        line = redact_text(raw.decode("utf-8", errors="replace"), secrets=secrets)
         with contextlib.suppress(OSError, ValueError):
-            log.write(raw)
+            log.write(line.encode("utf-8"))
             log.flush()
         if on_line is not None:
             with contextlib.suppress(Exception):  # a display error never stops the copy
-                on_line(raw.decode("utf-8", errors="replace").rstrip("\n"))
+                on_line(line.rstrip("\n"))
     with contextlib.suppress(OSError, ValueError):
         stream.close()
 
