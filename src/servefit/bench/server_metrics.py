@@ -1,12 +1,16 @@
 """Scrape a server's Prometheus ``/metrics`` and normalise vLLM, SGLang and llama.cpp names.
 
-Counters are compared before and after a run (deltas); gauges are read as they are.
+Counters are compared before and after a run (deltas); gauges are read as they are. The
+text format is read by ``prometheus_client``'s own parser (label values may hold braces,
+commas, escaped quotes and newlines); a line it refuses is skipped, the rest is kept.
 """
 
 from __future__ import annotations
 
 import math
-import re
+from collections.abc import Iterator
+
+from prometheus_client.parser import text_string_to_metric_families
 
 # normalised name -> the names each engine uses (summed over label sets)
 NAMES: dict[str, tuple[str, ...]] = {
@@ -41,25 +45,38 @@ NAMES: dict[str, tuple[str, ...]] = {
     ),
 }
 GAUGES = ("requests_running", "requests_waiting", "kv_cache_usage")
-_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+
+
+Sample = tuple[str, dict[str, str], float]  # sample name (``_total``, ``_bucket`` kept), labels
+
+
+def samples(text: str) -> Iterator[Sample]:
+    """Every sample of a Prometheus text exposition, NaN values left out."""
+    try:
+        parsed = list(_parse(text))
+    except ValueError:  # a line the parser refuses: parse line by line, skipping it
+        parsed = []
+        for line in text.splitlines():
+            try:
+                parsed.extend(_parse(line + "\n"))
+            except ValueError:
+                continue
+    for name, labels, value in parsed:
+        if not math.isnan(value):
+            yield name, labels, value
+
+
+def _parse(text: str) -> Iterator[Sample]:
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            yield sample.name, sample.labels, float(sample.value)
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
     """Sum of every sample per metric name (labels collapsed)."""
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        match = _LINE.match(line)
-        if not match:
-            continue
-        try:
-            value = float(match.group(3))
-        except ValueError:
-            continue
-        if math.isnan(value):
-            continue
-        out[match.group(1)] = out.get(match.group(1), 0.0) + value
+    for name, _, value in samples(text):
+        out[name] = out.get(name, 0.0) + value
     return out
 
 
@@ -98,28 +115,20 @@ HISTOGRAMS: dict[str, tuple[str, ...]] = {
         "sglang:inter_token_latency_seconds",
     ),
 }
-_LE = re.compile(r'le="([^"]+)"')
 
 
 def parse_histograms(text: str) -> dict[str, dict[float, float]]:
     """Cumulative bucket counts per histogram name (``_bucket`` samples, labels other than
     ``le`` summed)."""
     out: dict[str, dict[float, float]] = {}
-    for line in text.splitlines():
-        if "_bucket" not in line or line.startswith("#"):
-            continue
-        match = _LINE.match(line)
-        if not match or not match.group(1).endswith("_bucket"):
-            continue
-        le = _LE.search(match.group(2) or "")
-        if not le:
+    for name, labels, value in samples(text):
+        if not name.endswith("_bucket") or "le" not in labels:
             continue
         try:
-            bound = float(le.group(1))
-            value = float(match.group(3))
+            bound = float(labels["le"])
         except ValueError:
             continue
-        buckets = out.setdefault(match.group(1)[: -len("_bucket")], {})
+        buckets = out.setdefault(name[: -len("_bucket")], {})
         buckets[bound] = buckets.get(bound, 0.0) + value
     return out
 
