@@ -22,10 +22,10 @@ def free_port() -> int:
 class ServerThread:
     """Runs a NullServer in its own event loop thread."""
 
-    def __init__(self, config: NullServerConfig) -> None:
+    def __init__(self, config: NullServerConfig, server: NullServer | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = NullServer(config)
+        self.server = server if server is not None else NullServer(config)
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)

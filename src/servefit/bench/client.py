@@ -3,7 +3,9 @@
 One pooled session for the whole run (no per-request connection set-up), read buffers
 sized for long contexts, raw monotonic timestamps for every stage of a request, and no
 exception escapes a request: every way a request can end becomes a :class:`RequestRecord`.
-The API key comes from an environment variable and is never written anywhere.
+The API key comes from an environment variable and is never written anywhere: what a
+record keeps of a server's error (a body that may echo the request's headers) goes through
+:func:`servefit.adapters.redact.redact_text`, with the key itself among the secrets.
 """
 
 from __future__ import annotations
@@ -18,13 +20,15 @@ from typing import Any
 
 import aiohttp
 
+from servefit.adapters.redact import REDACTED, redact_text
 from servefit.bench.records import Outcome, RequestRecord, TokenSource
 from servefit.errors import ServerError
 
 # the first call, before any request: a server that does not answer this fast is not there
 PROBE_TIMEOUT = aiohttp.ClientTimeout(total=30)
 READ_BUFFER_BYTES = 4 * 2**20  # SSE lines of long outputs (and usage) fit comfortably
-ERROR_BODY_CHARS = 300
+ERROR_BODY_CHARS = 300  # of an error body, kept in the record (after redaction)
+ERROR_BODY_READ_BYTES = 64 * 2**10  # read this much of it: a secret cut in two is not found
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,6 +77,7 @@ class OpenAIClient:
         self.base_urls = [u.rstrip("/") for u in base_urls]
         self.model = model
         self._headers = {"Content-Type": "application/json"}
+        self._secrets = [api_key] if api_key else []
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=timeout_s)
@@ -138,6 +143,13 @@ class OpenAIClient:
         count = body.get("count")
         return int(count) if isinstance(count, int) else len(body.get("tokens") or []) or None
 
+    def _redact(self, text: str) -> str:
+        """``text`` without secrets: the API key wherever it appears (whatever its shape or
+        length), Authorization/Bearer values, secret environment values, key shapes."""
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        return redact_text(text, secrets=self._secrets)
+
     def _replica(self, request: Request) -> int:
         if self._affinity and request.session_id is not None:
             return request.session_id % len(self.base_urls)
@@ -195,8 +207,9 @@ class OpenAIClient:
                 record.headers_s = clock()
                 record.http_status = resp.status
                 if resp.status != 200:
-                    body = (await resp.text())[:ERROR_BODY_CHARS]
-                    record.error = f"HTTP {resp.status}: {body.strip()}"
+                    body = await resp.content.read(ERROR_BODY_READ_BYTES)
+                    text = self._redact(body.decode("utf-8", errors="replace")).strip()
+                    record.error = f"HTTP {resp.status}: {text[:ERROR_BODY_CHARS]}"
                     return record
                 finished = await self._read_stream(resp, record, clock, on_text)
         except asyncio.CancelledError:
@@ -222,6 +235,8 @@ class OpenAIClient:
             else:
                 record.outcome = Outcome.ERROR
                 record.error = record.error or "stream ended without output"
+            if record.error is not None:  # whatever the server or the OS said, no secret
+                record.error = self._redact(record.error)
             if record.done_s is None and record.chunk_s:
                 record.done_s = record.chunk_s[-1]
             if record.completion_tokens is None and record.chunk_s:
