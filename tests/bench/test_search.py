@@ -82,7 +82,7 @@ def test_a_sweep_keeps_its_levels_when_the_server_goes_away(monkeypatch, tmp_pat
 
     tried = []
 
-    def fake_run(cfg, *, api_key, out_dir):
+    def fake_run(cfg, *, api_key, out_dir, interrupt=None):
         tried.append(cfg.schedule.concurrency)
         if cfg.schedule.concurrency == 4:
             raise ServerError("cannot reach http://127.0.0.1:9 (refused)")
@@ -115,3 +115,38 @@ def test_an_interrupted_level_ends_the_sweep(monkeypatch):
     )
     assert [lv.concurrency for lv in sweep.levels] == [1, 2]
     assert sweep.warnings == ["interrupted: stopped after 2 level(s)"] and not sweep.is_complete
+
+
+def test_a_sweep_passes_when_every_level_failed_no_more_than_the_max_error_rate(monkeypatch):
+    import servefit.bench.search as search
+    from servefit.bench.config import LoadLevels
+
+    def level(successful: int, errored: int):
+        r = _result(successful)
+        return r.model_copy(update={"summary": r.summary.model_copy(update={"errored": errored})})
+
+    monkeypatch.setattr(search, "run", lambda cfg, **kw: next(results))
+    results = iter([level(10, 0), level(6, 4)])
+    levels = LoadLevels(concurrencies=(1, 2))
+    sweep = search.run_sweep(_config(), levels, api_key=None, out_dir=None)
+    assert sweep.is_complete and sweep.levels[1].result.failed_fraction == 0.4
+    assert not sweep.is_passing() and not sweep.is_passing(0.39) and sweep.is_passing(0.4)
+
+
+def test_a_signal_between_two_levels_starts_no_further_level(monkeypatch):
+    import servefit.bench.search as search
+    from servefit.bench.config import LoadLevels
+    from servefit.bench.interrupt import Interrupt
+
+    stop = Interrupt()
+
+    def fake_run(cfg, **kw):
+        stop.trigger()  # as if SIGINT came once this level was over, before the next began
+        return _result(3)
+
+    monkeypatch.setattr(search, "run", fake_run)
+    sweep = search.run_sweep(
+        _config(), LoadLevels(concurrencies=(1, 2, 4)), api_key=None, out_dir=None, interrupt=stop
+    )
+    assert [lv.concurrency for lv in sweep.levels] == [1]
+    assert sweep.interrupted and sweep.interrupt_signal == "SIGINT" and not sweep.is_passing()

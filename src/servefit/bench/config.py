@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,15 +74,26 @@ class BenchConfig:
     session_affinity: bool = False
     tokenizer_path: str | None = None  # count prompt tokens locally instead of /tokenize
     workers: int = 1  # client processes (each its own event loop) for rates one core cannot drive
+    max_error_rate: float = 0.0  # the run fails (exit 1) when more of its requests failed
 
     def __post_init__(self) -> None:
         if not self.base_urls:
             raise InvalidArgumentError("give the server's base URL (http://host:port)")
         # frozen: the normalised URLs replace the given spellings once, here
         object.__setattr__(self, "base_urls", tuple(base_url(u) for u in self.base_urls))
-        for name, value in (("--warmup", self.warmup_requests), ("--timeout-s", self.timeout_s)):
-            if value < 0:
-                raise InvalidArgumentError(f"{name} must not be negative")
+        if self.warmup_requests < 0:
+            raise InvalidArgumentError("--warmup must not be negative")
+        # 0 is no limit to aiohttp: a timeout of 0 would wait forever, so it is refused
+        for name, seconds in (("--timeout-s", self.timeout_s), ("--duration-s", self.duration_s)):
+            if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
+                raise InvalidArgumentError(
+                    f"{name} must be a positive number of seconds, got {seconds:g}"
+                )
+        if not (math.isfinite(self.max_error_rate) and 0 <= self.max_error_rate <= 1):
+            raise InvalidArgumentError(
+                f"--max-error-rate is a fraction of the requests, from 0 to 1; got "
+                f"{self.max_error_rate:g}"
+            )
         if self.workers > 1 and self.workload.kind == "agent":
             raise InvalidArgumentError(
                 "--workers applies to flat workloads; agent sessions run in one process"
@@ -229,6 +241,7 @@ def bench_setup(
     warmup: int = 0,
     duration_s: float | None = None,
     timeout_s: float = 600.0,
+    max_error_rate: float = 0.0,
     slo_ttft_ms: float | None = None,
     slo_tpot_ms: float | None = None,
     slo_e2el_ms: float | None = None,
@@ -291,6 +304,7 @@ def bench_setup(
         session_affinity=session_affinity,
         tokenizer_path=tokenizer_path,
         workers=workers,
+        max_error_rate=max_error_rate,
     )
     if tokenizer_path:
         local_token_counter(tokenizer_path)  # fail now, not mid-run

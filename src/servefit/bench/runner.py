@@ -2,9 +2,11 @@
 
 Every finished request is appended to ``requests.jsonl`` (and flushed) the moment it ends;
 ``summary.json`` embeds the full configuration, the servefit version and the server's
-identity. Ctrl-C, a server that dies mid-run, timeouts and HTTP errors all end in a valid
-summary with successful / errored / incomplete counted apart. A server that does not answer
-before the first request is a :class:`servefit.errors.ServerError` (nothing was sent).
+identity. SIGINT or SIGTERM at any moment (see :mod:`.interrupt`), a server that dies
+mid-run, timeouts and HTTP errors all end in a valid summary with successful / errored /
+incomplete counted apart: every request sent is a record, an interrupted run says so and
+by which signal. A server that does not answer before the first request is a
+:class:`servefit.errors.ServerError` (nothing was sent).
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ import asyncio
 import contextlib
 import itertools
 import json
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+import signal
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,28 +25,24 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict
 
 from servefit import __version__
+from servefit.adapters.redact import redact_text
 from servefit.bench import server_metrics
 from servefit.bench.client import Clock, OpenAIClient, Request
 from servefit.bench.config import BenchConfig, local_token_counter
 from servefit.bench.dispatch import run_flat
-from servefit.bench.metrics import Summary, distribution, latencies, summarize
+from servefit.bench.interrupt import Interrupt
+from servefit.bench.metrics import Summary, summarize
+from servefit.bench.output import ResultWriter, write_document
 from servefit.bench.records import Outcome, RequestRecord
 from servefit.bench.schedules import Schedule
+from servefit.bench.turns import CacheComparison, TurnStats, compare_cache, turn_stats
 from servefit.bench.workers import run_in_processes
 from servefit.bench.workloads import build_requests, build_sessions
 
 SUMMARY_SCHEMA_VERSION = 1
-
-
-class TurnStats(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    turn: int
-    requests: int
-    prompt_tokens_mean: float | None
-    cached_tokens_mean: float | None
-    ttft_s_mean: float | None
-    ttft_s_p50: float | None
+# a run with its own Interrupt: SIGTERM goes on to the caller's handler once the files are
+# written (it terminated the process before, and still does); SIGINT ends the run only
+HANDED_ON = frozenset({signal.SIGTERM})
 
 
 class BenchResult(BaseModel):
@@ -54,6 +53,7 @@ class BenchResult(BaseModel):
     config: dict[str, Any]
     server: dict[str, Any]
     interrupted: bool
+    interrupt_signal: str | None = None  # "SIGINT" or "SIGTERM" when a signal stopped the run
     summary: Summary
     turns: list[TurnStats]
     server_metrics: dict[str, float]
@@ -63,32 +63,20 @@ class BenchResult(BaseModel):
     prefix_cache_comparison: list[CacheComparison] | None = None
     prediction: dict[str, Any] | None = None  # servefit plan's capacity for this workload
 
+    @property
+    def failed_fraction(self) -> float:
+        """Measured requests that failed (errored or cut) over all measured requests."""
+        s = self.summary
+        total = s.successful + s.errored + s.incomplete
+        return (s.errored + s.incomplete) / total if total else 0.0
 
-@dataclass(slots=True)
-class ResultWriter:
-    """Appends each record to requests.jsonl as it completes (nothing held back)."""
-
-    directory: Path | None
-    listener: Callable[[RequestRecord], None] | None = None  # e.g. a progress bar
-    records: list[RequestRecord] = field(default_factory=list)
-    _file: Any = None
-
-    def __post_init__(self) -> None:
-        if self.directory is not None:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            self._file = (self.directory / "requests.jsonl").open("a", encoding="utf-8")
-
-    def __call__(self, record: RequestRecord) -> None:
-        self.records.append(record)
-        if self._file is not None:
-            self._file.write(record.model_dump_json() + "\n")
-            self._file.flush()
-        if self.listener is not None:
-            self.listener(record)
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
+    def is_passing(self, max_error_rate: float = 0.0) -> bool:
+        """Ran to the end, served requests, and failed no more than ``max_error_rate``."""
+        return (
+            not self.interrupted
+            and self.summary.successful > 0
+            and self.failed_fraction <= max_error_rate
+        )
 
 
 SAMPLE_INTERVAL_S = 1.0  # /metrics while the run goes on
@@ -200,75 +188,19 @@ def client_bound_warnings(summary: Summary, schedule: Schedule) -> list[str]:
     return out
 
 
-class CacheComparison(BaseModel):
-    """Per turn: the same agent sessions with the prefix cache defeated (cold) and used (warm)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    turn: int
-    prompt_tokens_mean: float | None
-    ttft_cold_s: float | None
-    ttft_warm_s: float | None
-    ttft_saved_s: float | None
-    cached_tokens_warm_mean: float | None
-
-
-def compare_cache(cold: list[TurnStats], warm: list[TurnStats]) -> list[CacheComparison]:
-    by_turn = {t.turn: t for t in cold}
-    out = []
-    for w in warm:
-        c = by_turn.get(w.turn)
-        cold_ttft = c.ttft_s_mean if c else None
-        out.append(
-            CacheComparison(
-                turn=w.turn,
-                prompt_tokens_mean=w.prompt_tokens_mean,
-                ttft_cold_s=cold_ttft,
-                ttft_warm_s=w.ttft_s_mean,
-                ttft_saved_s=(cold_ttft - w.ttft_s_mean)
-                if cold_ttft is not None and w.ttft_s_mean is not None
-                else None,
-                cached_tokens_warm_mean=w.cached_tokens_mean,
-            )
-        )
-    return out
-
-
-def turn_stats(records: list[RequestRecord]) -> list[TurnStats]:
-    """Per-turn TTFT and cached tokens of agent sessions: the prefix-cache headline."""
-    by_turn: dict[int, list[RequestRecord]] = {}
-    for r in records:
-        if r.turn is not None and r.outcome is Outcome.OK and not r.is_warmup:
-            by_turn.setdefault(r.turn, []).append(r)
-    out = []
-    for turn, rs in sorted(by_turn.items()):
-        ttfts = [v for r in rs if (v := latencies(r).ttft_s) is not None]
-        prompts = [r.prompt_tokens for r in rs if r.prompt_tokens is not None]
-        cached = [r.cached_tokens for r in rs if r.cached_tokens is not None]
-        d = distribution(ttfts, "per_request")
-        out.append(
-            TurnStats(
-                turn=turn,
-                requests=len(rs),
-                prompt_tokens_mean=sum(prompts) / len(prompts) if prompts else None,
-                cached_tokens_mean=sum(cached) / len(cached) if cached else None,
-                ttft_s_mean=d.mean,
-                ttft_s_p50=d.p50,
-            )
-        )
-    return out
-
-
 async def run_bench(
     cfg: BenchConfig,
     *,
     api_key: str | None,
     out_dir: Path | None,
     listener: Callable[[RequestRecord], None] | None = None,
+    interrupt: Interrupt | None = None,
 ) -> BenchResult:
     """Run one benchmark; returns a result once the server answered, also when interrupted
-    or when the server dies mid-run (raises ServerError if it never answered)."""
-    writer = ResultWriter(out_dir, listener)
+    (``interrupt`` cancels it: a signal, or :meth:`Interrupt.trigger`) or when the server
+    dies mid-run (raises ServerError if it never answered)."""
+    interrupt = interrupt or Interrupt()
+    writer = ResultWriter(out_dir, listener)  # an unwritable --output: nothing sent
     clock = Clock()
     interrupted = False
     warnings: list[str] = []
@@ -284,51 +216,30 @@ async def run_bench(
         session_affinity=cfg.session_affinity,
     )
     try:
-        async with client:
-            await client.connect()  # an unreachable server raises ServerError: nothing sent
-            server["model"] = client.model
-            before = await _scrape(client)
-            if before.counters:
-                sampler = asyncio.create_task(_sample(client, clock, out_dir, peaks))
-            count = (
-                local_token_counter(cfg.tokenizer_path)
-                if cfg.tokenizer_path
-                else client.tokenize_count
-            )
-            if cfg.workload.kind == "agent":
-                await _run_agents(client, cfg, clock, writer, count)
-            else:
-                requests = await build_requests(cfg.workload, count)
-                warm = [
-                    Request(**{**_fields(r), "request_id": -1 - i, "is_warmup": True})
-                    for i, r in enumerate(requests[: cfg.warmup_requests])
-                ]
-                if warm:
-                    await run_flat(
-                        client, warm, Schedule(concurrency=min(len(warm), 8)), clock, writer, None
-                    )
-                deadline = clock() + cfg.duration_s if cfg.duration_s else None
-                if cfg.workers > 1:
-                    await run_in_processes(
-                        cfg, client.model, api_key, requests, clock, writer, deadline
-                    )
-                else:
-                    await run_flat(client, requests, cfg.schedule, clock, writer, deadline)
-            if sampler is not None:
-                sampler.cancel()
-            after = await _scrape(client)
-    except (asyncio.CancelledError, KeyboardInterrupt):
-        interrupted = True
-    except aiohttp.ClientError as exc:
-        warnings.append(f"server unreachable: {type(exc).__name__}: {exc}")
-    except (ValueError, KeyError) as exc:
-        warnings.append(f"server answered unexpectedly: {exc}")
+        with interrupt.watch():
+            try:
+                async with client:
+                    await client.connect()  # unreachable: ServerError, nothing sent
+                    server["model"] = client.model
+                    before = await _scrape(client)
+                    if before.counters:
+                        sampler = asyncio.create_task(_sample(client, clock, out_dir, peaks))
+                    await _send_all(client, cfg, api_key, clock, writer)
+                    if sampler is not None:
+                        sampler.cancel()
+                    after = await _scrape(client)
+            except (asyncio.CancelledError, KeyboardInterrupt):
+                interrupted = True
+            except aiohttp.ClientError as exc:
+                warnings.append(f"server unreachable: {type(exc).__name__}: {exc}")
+            except (ValueError, KeyError) as exc:
+                warnings.append(f"server answered unexpectedly: {exc}")
     finally:
         writer.close()
         if sampler is not None:
             sampler.cancel()
     if interrupted:
-        warnings.append("interrupted: requests in flight were recorded as incomplete")
+        warnings.append("interrupted: requests in flight were recorded as cut (incomplete/errored)")
     summary = summarize(writer.records, cfg.slo)
     warnings.extend(client_bound_warnings(summary, cfg.schedule))
     result = BenchResult(
@@ -337,6 +248,7 @@ async def run_bench(
         config=_config_dict(cfg),
         server=server,
         interrupted=interrupted,
+        interrupt_signal=interrupt.signal_name if interrupted else None,
         summary=summary,
         turns=turn_stats(writer.records),
         server_metrics=server_metrics.deltas(before.counters, after.counters)
@@ -346,11 +258,38 @@ async def run_bench(
             before.histograms, after.histograms, before.raw, after.raw
         ),
         server_peaks=peaks,
-        warnings=warnings,
+        warnings=[redact_text(w, secrets=[api_key] if api_key else ()) for w in warnings],
     )
     if out_dir is not None:
-        (out_dir / "summary.json").write_text(result.model_dump_json(indent=2), encoding="utf-8")
+        write_document(out_dir, "summary.json", result)
+    writer.check()
     return result
+
+
+async def _send_all(
+    client: OpenAIClient,
+    cfg: BenchConfig,
+    api_key: str | None,
+    clock: Clock,
+    writer: Callable[[RequestRecord], None],
+) -> None:
+    """The warm-up, then the measured requests (agent sessions, one process or workers)."""
+    count = local_token_counter(cfg.tokenizer_path) if cfg.tokenizer_path else client.tokenize_count
+    if cfg.workload.kind == "agent":
+        await _run_agents(client, cfg, clock, writer, count)
+        return
+    requests = await build_requests(cfg.workload, count)
+    warm = [
+        Request(**{**_fields(r), "request_id": -1 - i, "is_warmup": True})
+        for i, r in enumerate(requests[: cfg.warmup_requests])
+    ]
+    if warm:
+        await run_flat(client, warm, Schedule(concurrency=min(len(warm), 8)), clock, writer, None)
+    deadline = clock() + cfg.duration_s if cfg.duration_s else None
+    if cfg.workers > 1:
+        await run_in_processes(cfg, client.model, api_key, requests, clock, writer, deadline)
+    else:
+        await run_flat(client, requests, cfg.schedule, clock, writer, deadline)
 
 
 def _fields(request: Request) -> dict[str, Any]:
@@ -367,39 +306,61 @@ def run(
     api_key: str | None,
     out_dir: Path | None,
     listener: Callable[[RequestRecord], None] | None = None,
+    interrupt: Interrupt | None = None,
 ) -> BenchResult:
-    """Synchronous entry point (uvloop when available)."""
+    """Synchronous entry point (uvloop when available). SIGINT and SIGTERM stop the run
+    (its own :class:`Interrupt` unless one spanning more runs is given)."""
     loop_factory = None
     with contextlib.suppress(ImportError):
         import uvloop
 
         loop_factory = uvloop.new_event_loop
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
-        return runner.run(run_bench(cfg, api_key=api_key, out_dir=out_dir, listener=listener))
+    with _interrupt(interrupt) as stop, asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(
+            run_bench(cfg, api_key=api_key, out_dir=out_dir, listener=listener, interrupt=stop)
+        )
+
+
+@contextlib.contextmanager
+def _interrupt(given: Interrupt | None) -> Iterator[Interrupt]:
+    if given is not None:
+        yield given
+        return
+    with Interrupt(hand_on=HANDED_ON) as own:
+        yield own
 
 
 def run_cache_comparison(
-    cfg: BenchConfig, *, api_key: str | None, out_dir: Path | None
+    cfg: BenchConfig,
+    *,
+    api_key: str | None,
+    out_dir: Path | None,
+    interrupt: Interrupt | None = None,
 ) -> BenchResult:
     """Agent sessions twice with the same seed: cache-busted (cold), then as they are (warm).
-    Reports the TTFT the prefix cache saves per turn; decode time is untouched by it."""
-    from dataclasses import replace
-
-    cold = run(
-        replace(cfg, workload=replace(cfg.workload, cache_bust=True)),
-        api_key=api_key,
-        out_dir=out_dir / "cold" if out_dir else None,
-    )
-    warm = run(cfg, api_key=api_key, out_dir=out_dir / "warm" if out_dir else None)
-    result = warm.model_copy(
-        update={
-            "prefix_cache_comparison": compare_cache(cold.turns, warm.turns),
-            "warnings": [*cold.warnings, *warm.warnings],
-            "interrupted": cold.interrupted or warm.interrupted,
-        }
-    )
+    Reports the TTFT the prefix cache saves per turn; decode time is untouched by it. An
+    interrupted cold run is the result (no warm run follows it)."""
+    with _interrupt(interrupt) as stop:
+        cold = run(
+            replace(cfg, workload=replace(cfg.workload, cache_bust=True)),
+            api_key=api_key,
+            out_dir=out_dir / "cold" if out_dir else None,
+            interrupt=stop,
+        )
+        if cold.interrupted:
+            result = cold
+        else:
+            warm = run(
+                cfg, api_key=api_key, out_dir=out_dir / "warm" if out_dir else None, interrupt=stop
+            )
+            result = warm.model_copy(
+                update={
+                    "prefix_cache_comparison": compare_cache(cold.turns, warm.turns),
+                    "warnings": [*cold.warnings, *warm.warnings],
+                }
+            )
     if out_dir is not None:
-        (out_dir / "summary.json").write_text(result.model_dump_json(indent=2), encoding="utf-8")
+        write_document(out_dir, "summary.json", result)
     return result
 
 
@@ -411,17 +372,16 @@ def measure(
     is_cache_comparison: bool = False,
     listener: Callable[[RequestRecord], None] | None = None,
     prediction: dict[str, Any] | None = None,
+    interrupt: Interrupt | None = None,
 ) -> BenchResult:
     """One measured run (or the cold/warm pair of a cache comparison), with what ``plan``
     predicted for it written into the same summary."""
     if is_cache_comparison:
-        result = run_cache_comparison(cfg, api_key=api_key, out_dir=out_dir)
+        result = run_cache_comparison(cfg, api_key=api_key, out_dir=out_dir, interrupt=interrupt)
     else:
-        result = run(cfg, api_key=api_key, out_dir=out_dir, listener=listener)
+        result = run(cfg, api_key=api_key, out_dir=out_dir, listener=listener, interrupt=interrupt)
     if prediction is not None:
         result = result.model_copy(update={"prediction": prediction})
         if out_dir is not None:
-            (out_dir / "summary.json").write_text(
-                result.model_dump_json(indent=2), encoding="utf-8"
-            )
+            write_document(out_dir, "summary.json", result)
     return result

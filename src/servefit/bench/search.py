@@ -4,12 +4,14 @@ The search doubles the concurrency while every SLO holds, then bisects between t
 level that held and the first that did not (as guidellm's goodput profile and vLLM's
 serve_sla sweep do, without their interpolation: every reported level was measured).
 
-A sweep keeps every level it measured: a server that stops answering, or an interrupt,
-ends the sweep with the levels so far (and a warning), never loses them.
+A sweep keeps every level it measured: a server that stops answering, or SIGINT/SIGTERM
+(during a level or between two), ends the sweep with the levels so far (and a warning),
+never loses them, and measures no further level.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -19,8 +21,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from servefit.bench.config import BenchConfig, LoadLevels
+from servefit.bench.interrupt import Interrupt
 from servefit.bench.metrics import Distribution, Slo, Summary
-from servefit.bench.runner import BenchResult, run
+from servefit.bench.output import write_document
+from servefit.bench.runner import HANDED_ON, BenchResult, run
 from servefit.bench.schedules import Schedule
 from servefit.errors import ServerError
 
@@ -106,6 +110,8 @@ class SweepResult(BaseModel):
     best_concurrency: int | None
     levels: list[SweepLevel]
     warnings: list[str] = []
+    interrupted: bool = False  # a signal stopped the sweep (during a level or between two)
+    interrupt_signal: str | None = None  # "SIGINT" or "SIGTERM"
 
     @property
     def is_complete(self) -> bool:
@@ -113,9 +119,19 @@ class SweepResult(BaseModel):
         return (
             bool(self.levels)
             and not self.warnings
+            and not self.interrupted
             and all(
                 lv.result.summary.successful and not lv.result.interrupted for lv in self.levels
             )
+        )
+
+    def is_passing(self, max_error_rate: float = 0.0) -> bool:
+        """Complete, and no level of a sweep failed more than ``max_error_rate`` of its
+        requests (a search's levels are judged by their SLOs: one that failed requests
+        missed them, and is where the search turned)."""
+        return self.is_complete and (
+            self.mode == "search"
+            or all(lv.result.failed_fraction <= max_error_rate for lv in self.levels)
         )
 
 
@@ -136,14 +152,33 @@ def run_sweep(
     api_key: str | None,
     out_dir: Path | None,
     on_level: Callable[[SweepLevel], None] | None = None,
+    interrupt: Interrupt | None = None,
 ) -> SweepResult:
-    """Measure each level (or search, when ``levels.is_search``); writes ``sweep.json``."""
+    """Measure each level (or search, when ``levels.is_search``); writes ``sweep.json``.
+    SIGINT/SIGTERM stop the sweep (``interrupt``: one spanning more than the sweep)."""
+    with contextlib.ExitStack() as stack:
+        stop = interrupt or stack.enter_context(Interrupt(hand_on=HANDED_ON))
+        return _sweep(cfg, levels, api_key, out_dir, on_level, stop)
+
+
+def _sweep(
+    cfg: BenchConfig,
+    levels: LoadLevels,
+    api_key: str | None,
+    out_dir: Path | None,
+    on_level: Callable[[SweepLevel], None] | None,
+    interrupt: Interrupt,
+) -> SweepResult:
     measured: list[SweepLevel] = []
     warnings: list[str] = []
 
     def measure(schedule: Schedule) -> bool:
+        if interrupt.signum is not None:
+            raise _InterruptedError  # between two levels: the next one is not started
         folder = out_dir / level_tag(schedule) if out_dir else None
-        result = run(replace(cfg, schedule=schedule), api_key=api_key, out_dir=folder)
+        result = run(
+            replace(cfg, schedule=schedule), api_key=api_key, out_dir=folder, interrupt=interrupt
+        )
         meets = slo_met(result.summary, cfg.slo, levels.slo_percentile) if cfg.slo else None
         level = SweepLevel(
             concurrency=schedule.concurrency,
@@ -154,7 +189,7 @@ def run_sweep(
         measured.append(level)
         if on_level is not None:
             on_level(level)
-        if result.interrupted:
+        if result.interrupted or interrupt.signum is not None:
             raise _InterruptedError
         return bool(meets)
 
@@ -183,8 +218,9 @@ def run_sweep(
         best_concurrency=best,
         levels=measured,
         warnings=warnings,
+        interrupted=interrupt.signum is not None or any(lv.result.interrupted for lv in measured),
+        interrupt_signal=interrupt.signal_name,
     )
     if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "sweep.json").write_text(sweep.model_dump_json(indent=2), encoding="utf-8")
+        write_document(out_dir, "sweep.json", sweep)
     return sweep

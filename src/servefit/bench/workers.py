@@ -14,7 +14,7 @@ import multiprocessing
 import os
 import queue
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from servefit.bench.client import Clock, OpenAIClient, Request
@@ -22,11 +22,14 @@ from servefit.bench.config import BenchConfig
 from servefit.bench.dispatch import arrival_offsets, run_flat
 from servefit.bench.records import RequestRecord
 from servefit.bench.schedules import Schedule
+from servefit.errors import ServerError
 
-DRAIN_TIMEOUT_S = 60.0  # after an interrupt, how long to wait for workers' last records
+DRAIN_TIMEOUT_S = 1.5  # after an interrupt: workers' last records, then they are killed
 START_TIMEOUT_S = 120.0  # workers import servefit and connect before the clock starts
 START_MARGIN_S = 0.05  # first arrival this long after the last worker is ready
-POLL_S = 0.5  # how often the parent's reader thread looks up from an empty queue
+POLL_S = 0.1  # how often the parent looks up from an empty queue (worker exits, deadlines)
+JOIN_TIMEOUT_S = 5.0  # a worker that said it is done exits (flushes its queue) within this
+EXIT_GRACE_S = 0.3  # interrupted: how long workers get to exit after the drain, all together
 _DONE = "__servefit_worker_done__"
 _READY = "__servefit_worker_ready__"
 
@@ -50,12 +53,23 @@ def _worker(
     origin: float,
     start: Any,
     go: Any,
+    stop: Any,
     deadline_s: float | None,
     out: Any,
 ) -> None:  # pragma: no cover - runs in a child process (covered by the multi-process tests)
+    # Started with SIGINT blocked (see _children_ignore_sigint): a Ctrl-C at the terminal
+    # reaches the whole process group, but only the parent decides; it says so with SIGTERM.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     clock = Clock(origin)
 
     async def main() -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        if task is not None:  # from here on, SIGTERM cuts the requests in flight, recorded
+            with contextlib.suppress(NotImplementedError):  # (no such handler on Windows)
+                loop.add_signal_handler(signal.SIGTERM, task.cancel)
         client = OpenAIClient(
             list(cfg.base_urls),
             model=model,
@@ -64,8 +78,12 @@ def _worker(
             session_affinity=cfg.session_affinity,
         )
         async with client:
+            with contextlib.suppress(ServerError):  # then its requests record the failure
+                await client.connect()  # the pool's connections open before the clock starts
             out.put(_READY)
-            await asyncio.get_running_loop().run_in_executor(None, go.wait, START_TIMEOUT_S)
+            await loop.run_in_executor(None, go.wait, START_TIMEOUT_S)
+            if stop.is_set():
+                return  # interrupted before the start: nothing to send
             schedule = Schedule(
                 concurrency=concurrency,
                 rate_per_s=cfg.schedule.rate_per_s,
@@ -96,6 +114,21 @@ def _worker(
         out.put(_DONE)
 
 
+@contextlib.contextmanager
+def _children_ignore_sigint() -> Iterator[None]:
+    """Start processes with SIGINT blocked (a spawned child inherits the mask), so a Ctrl-C
+    while one imports is not a KeyboardInterrupt traceback; the child then ignores SIGINT
+    for good. The parent's own SIGINT waits meanwhile (or reaches another thread), never lost."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 async def run_in_processes(
     cfg: BenchConfig,
     model: str | None,
@@ -105,6 +138,10 @@ async def run_in_processes(
     sink: Callable[[RequestRecord], None],
     deadline_s: float | None,
 ) -> None:
+    """Deal ``requests`` to ``cfg.workers`` processes and hand their records to ``sink``.
+    Cancelled (an interrupt): workers not started send nothing, running ones are told with
+    SIGTERM and cut their requests in flight; every record they send is handed on, within
+    DRAIN_TIMEOUT_S, before the cancellation goes on."""
     schedule = cfg.schedule
     n = cfg.workers
     open_loop = schedule.is_open_loop
@@ -119,7 +156,7 @@ async def run_in_processes(
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
     start = context.Value("d", 0.0)  # the first arrival, on the shared clock
-    go = context.Event()
+    go, stop = context.Event(), context.Event()
     processes = [
         context.Process(
             target=_worker,
@@ -134,6 +171,7 @@ async def run_in_processes(
                 clock.origin,
                 start,
                 go,
+                stop,
                 deadline_s,
                 out,
             ),
@@ -141,66 +179,71 @@ async def run_in_processes(
         )
         for i in range(n)
     ]
-    for process in processes:
-        process.start()
     loop = asyncio.get_running_loop()
-    remaining = n
+    counts = {_READY: 0, _DONE: 0}
+    pending: asyncio.Future[Any] | None = None
 
-    def take(timeout: float | None) -> Any:
+    def take() -> Any:
         try:
-            return out.get(timeout=timeout)
+            return out.get(timeout=POLL_S)
         except queue.Empty:
             return None
 
-    pending: asyncio.Future[Any] | None = None
-
-    async def get(timeout: float) -> Any:
-        """The next item, or None after ``timeout``. One get at a time: a get still running
-        when the run is interrupted is awaited again by the drain, so the item it takes (a
+    async def get() -> Any:
+        """The next item, or None after POLL_S. One get at a time: a get still running when
+        the run is interrupted is awaited again by the drain, so the item it takes (a
         worker's last record) is handed on, not lost with a cancelled future."""
         nonlocal pending
         if pending is None:
-            pending = loop.run_in_executor(None, take, timeout)
+            pending = loop.run_in_executor(None, take)
         item = await asyncio.shield(pending)
         pending = None
         return item
 
-    async def drain(timeout: float | None) -> None:
-        """Hand records on until every worker is done, or ``timeout`` passes without an item."""
-        nonlocal remaining
-        quiet_since = loop.time()
-        while remaining:
-            item = await get(POLL_S)
-            if item is None:
-                if timeout is not None and loop.time() - quiet_since > timeout:
-                    return
-                continue
-            quiet_since = loop.time()
-            if item == _DONE:
-                remaining -= 1
-            elif item != _READY:
+    async def collect(until: Callable[[], bool], timeout_s: float | None) -> None:
+        """Hand records on until ``until()``, or every worker has exited and the queue is
+        empty, or ``timeout_s`` passes."""
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        while not until():
+            exited = not any(p.is_alive() for p in processes)
+            item = await get()
+            if item in counts:
+                counts[item] += 1
+            elif item is not None:
                 sink(RequestRecord.model_validate_json(item))
+            elif exited:
+                return  # all had exited before that empty read: nothing more can come
+            elif deadline is not None and loop.time() > deadline:
+                return
 
-    ready = 0
+    interrupted = False
     try:
-        while ready < n:  # every worker imported, connected and waiting
-            item = await get(START_TIMEOUT_S)
-            if item is None or item == _DONE:
-                if item == _DONE:
-                    remaining -= 1  # the drain waits for the others only
-                break  # a worker died before it was ready: go with the others
-            ready += 1
+        with _children_ignore_sigint():
+            for process in processes:
+                process.start()
+        # every worker imported, connected and waiting (one that died is not waited for)
+        await collect(
+            lambda: counts[_READY] >= sum(p.is_alive() for p in processes), START_TIMEOUT_S
+        )
         start.value = clock() + START_MARGIN_S
         go.set()
-        await drain(None)
+        await collect(lambda: counts[_DONE] >= n, None)
     except asyncio.CancelledError:
-        for process in processes:  # pass the interrupt on; they record what was in flight
+        interrupted = True
+        stop.set()  # a worker not yet sending sends nothing
+        go.set()
+        for process in processes:  # SIGTERM: imports die, running workers cut and record
             if process.is_alive() and process.pid:
-                os.kill(process.pid, signal.SIGINT)
-        await asyncio.shield(drain(DRAIN_TIMEOUT_S))
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGTERM)
+        await asyncio.shield(collect(lambda: counts[_DONE] >= n, DRAIN_TIMEOUT_S))
         raise
-    finally:
+    finally:  # interrupted: whatever has not exited by now is killed (its records are in)
+        ends = loop.time() + (EXIT_GRACE_S if interrupted else JOIN_TIMEOUT_S)
         for process in processes:
-            process.join(timeout=5)
+            if process.pid is None:
+                continue  # never started
+            process.join(timeout=max(0.0, ends - loop.time()))
             if process.is_alive():
                 process.kill()
+                process.join(timeout=JOIN_TIMEOUT_S)

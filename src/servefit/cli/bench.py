@@ -2,8 +2,10 @@
 (a server with known timings: the client's own ceiling).
 
 Parse, call :mod:`servefit.bench` (configuration, runs, sweeps) and
-:mod:`servefit.app.bench` (the prediction), render, exit: 0 every request of every level
-served, 1 a failed or interrupted run, 2 an input error (flags, dataset, unreachable server).
+:mod:`servefit.app.bench` (the prediction), render, exit: 0 every level ran to the end with
+at most ``--max-error-rate`` of its requests failed (default: none), 1 otherwise, 2 an input
+error (flags, dataset, unreachable server, unwritable ``--output``), 130 / 143 stopped by
+SIGINT / SIGTERM (the run so far written, marked interrupted).
 """
 
 from __future__ import annotations
@@ -15,13 +17,22 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from servefit.cli.output import EXIT_FAILED, EXIT_OK, emit_json, fail
+from servefit.cli.output import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    emit_json,
+    fail,
+)
+from servefit.cli.types import FINITE_FLOAT
 from servefit.errors import InvalidArgumentError, ServefitError
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from servefit.bench.config import BenchConfig, LoadLevels
+    from servefit.bench.interrupt import Interrupt
     from servefit.bench.search import SweepLevel
 
 
@@ -139,8 +150,21 @@ BENCH_OPTIONS = [
     ),
     _opt("--seed", type=int, default=0, show_default=True),
     _opt("--warmup", type=int, default=0, help="Warm-up requests, excluded from the metrics."),
-    _opt("--duration-s", type=float, help="Stop sending after this long."),
-    _opt("--timeout-s", type=float, default=600.0, show_default=True, help="Read timeout."),
+    _opt("--duration-s", type=FINITE_FLOAT, help="Stop sending after this long."),
+    _opt(
+        "--timeout-s",
+        type=FINITE_FLOAT,
+        default=600.0,
+        show_default=True,
+        help="Read timeout: seconds without data before a request fails (> 0).",
+    ),
+    _opt(
+        "--max-error-rate",
+        type=FINITE_FLOAT,
+        default=0.0,
+        show_default=True,
+        help="Fraction of requests (0-1) that may fail (errored or cut) before the run exits 1.",
+    ),
     _opt("--slo-ttft-ms", type=float, help="Goodput: TTFT limit in ms."),
     _opt("--slo-tpot-ms", type=float, help="Goodput: time-per-output-token limit in ms."),
     _opt("--slo-e2el-ms", type=float, help="Goodput: end-to-end latency limit in ms."),
@@ -189,25 +213,18 @@ def bench(url: str, **flags: Any) -> None:
         fail(error)
     api_key = os.environ.get(cfg.api_key_env)
     out = Path(output_dir) if output_dir else None
-    if levels.is_sweep:
-        _sweep(cfg, levels, api_key, out, as_json)
-    from servefit.bench.runner import measure
+    from servefit.bench.interrupt import Interrupt
+    from servefit.bench.output import prepare_output
 
-    try:
-        prediction = _predict(*plan, cfg) if plan[0] else None
-        w = cfg.workload
-        total = w.num_requests * (w.turns if w.kind == "agent" else 1)
-        with _monitor(monitor, out), _progress(as_json, total) as listener:
-            result = measure(
-                cfg,
-                api_key=api_key,
-                out_dir=out,
-                is_cache_comparison=flags["prefix_cache_compare"],
-                listener=listener,
-                prediction=prediction,
-            )
-    except ServefitError as error:
-        fail(error)
+    with Interrupt() as interrupt:  # from here, SIGINT/SIGTERM end in a written, marked run
+        try:
+            if out is not None:
+                prepare_output(out)  # an unwritable --output: exit 2 before anything is sent
+            if levels.is_sweep:
+                _sweep(cfg, levels, api_key, out, as_json, interrupt)
+            result = _measure(cfg, api_key, out, monitor, as_json, plan, flags, interrupt)
+        except ServefitError as error:
+            fail(error)
     if as_json:
         emit_json(result)
     else:
@@ -216,11 +233,55 @@ def bench(url: str, **flags: Any) -> None:
         from servefit.cli.render import render_bench
 
         render_bench(result, Console())
-    sys.exit(EXIT_OK if result.summary.successful and not result.interrupted else EXIT_FAILED)
+    sys.exit(_exit_code(interrupt, result.interrupted, result.is_passing(cfg.max_error_rate)))
+
+
+def _measure(
+    cfg: BenchConfig,
+    api_key: str | None,
+    out: Path | None,
+    monitor: bool,
+    as_json: bool,
+    plan: tuple[str | None, str | None, int],
+    flags: dict[str, Any],
+    interrupt: Interrupt,
+) -> Any:
+    from servefit.bench.runner import measure
+
+    model, gpu, tp = plan
+    prediction = _predict(model, gpu, tp, cfg) if model else None
+    w = cfg.workload
+    total = w.num_requests * (w.turns if w.kind == "agent" else 1)
+    with _monitor(monitor, out), _progress(as_json, total) as listener:
+        return measure(
+            cfg,
+            api_key=api_key,
+            out_dir=out,
+            is_cache_comparison=flags["prefix_cache_compare"],
+            listener=listener,
+            prediction=prediction,
+            interrupt=interrupt,
+        )
+
+
+def _exit_code(interrupt: Interrupt, interrupted: bool, passing: bool) -> int:
+    """130 / 143 when SIGINT / SIGTERM stopped the run, else 0 passing, 1 failed."""
+    import signal
+
+    if interrupt.signum == signal.SIGTERM:
+        return EXIT_TERMINATED
+    if interrupt.signum is not None or interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_OK if passing else EXIT_FAILED
 
 
 def _sweep(
-    cfg: BenchConfig, levels: LoadLevels, api_key: str | None, out: Path | None, as_json: bool
+    cfg: BenchConfig,
+    levels: LoadLevels,
+    api_key: str | None,
+    out: Path | None,
+    as_json: bool,
+    interrupt: Interrupt,
 ) -> NoReturn:
     from servefit.bench.search import run_sweep
 
@@ -228,10 +289,7 @@ def _sweep(
         if not as_json:
             click.echo(_level_line(level), err=True)
 
-    try:
-        sweep = run_sweep(cfg, levels, api_key=api_key, out_dir=out, on_level=show)
-    except ServefitError as error:
-        fail(error)
+    sweep = run_sweep(cfg, levels, api_key=api_key, out_dir=out, on_level=show, interrupt=interrupt)
     if as_json:
         emit_json(sweep)
     else:
@@ -240,7 +298,7 @@ def _sweep(
         if levels.is_search:
             best = sweep.best_concurrency
             click.echo(f"highest concurrency meeting the SLOs at p{levels.slo_percentile}: {best}")
-    sys.exit(EXIT_OK if sweep.is_complete else EXIT_FAILED)
+    sys.exit(_exit_code(interrupt, sweep.interrupted, sweep.is_passing(cfg.max_error_rate)))
 
 
 def _predict(model: str, gpu: str | None, tp: int, cfg: BenchConfig) -> dict[str, Any]:

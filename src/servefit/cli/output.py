@@ -4,10 +4,12 @@
 code  meaning
 ====  =========================================================================
 0     success; the deployment fits; every check passed
-1     the deployment does not fit; a gate failed; the measured run failed
+1     the deployment does not fit; a gate failed; the measured run failed (bench: more
+      than ``--max-error-rate`` of its requests failed, default none, or none served)
 2     usage or input error: a bad flag, an unknown model or GPU, a malformed file
 3     an internal error: a servefit bug (please report it with the command line)
-130   interrupted (Ctrl-C) before a result existed
+130   interrupted by SIGINT (Ctrl-C); bench: the run so far is written, marked interrupted
+143   bench stopped by SIGTERM: the run so far is written, marked interrupted
 ====  =========================================================================
 """
 
@@ -28,7 +30,8 @@ EXIT_DOES_NOT_FIT = 1
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 
 def fail(error: ServefitError) -> NoReturn:
