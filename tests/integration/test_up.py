@@ -196,6 +196,26 @@ def test_a_killed_up_leaves_no_vllm_process(sig, models, tmp_path):
 
 
 def test_a_failing_gate_launches_nothing(models, tmp_path):
+    # the plan fits (the config is all it needs) but the gate's "weights on disk" fails:
+    # the directory holds the model's config and tokenizer, not its weights
+    bare = tmp_path / "no-weights"
+    bare.mkdir()
+    for name in models["llama"].glob("*.json"):
+        shutil.copy(name, bare / name.name)
+    run_dir, port = tmp_path / "run", helper.free_port()
+    args = _up_args(bare, run_dir, port, "--check-only")
+    done = subprocess.run(
+        args, capture_output=True, text=True, env=_env(), timeout=GATE_TIMEOUT_S, check=False
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "FITS" in done.stdout  # the plan passed: it is the gate that stops the launch
+    assert "fail  weights on disk" in done.stdout
+    assert "Not launched: the preflight gate failed" in done.stdout
+    assert not (run_dir / "engine.pid").exists()
+    assert _processes_with(f"--port {port}") == []
+
+
+def test_a_deployment_that_cannot_start_is_not_launched(models, tmp_path):
     run_dir, port = tmp_path / "run", helper.free_port()
     args = _up_args(models["llama"], run_dir, port, "--check-only")
     args[args.index("1GiB")] = "4096GiB"  # more KV cache than the host has
@@ -203,8 +223,7 @@ def test_a_failing_gate_launches_nothing(models, tmp_path):
         args, capture_output=True, text=True, env=_env(), timeout=GATE_TIMEOUT_S, check=False
     )
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "fail  plan fits the host memory free now" in done.stdout
-    assert "Not launched" in done.stdout
+    assert "Not launched: vLLM would not start" in done.stdout
     assert not (run_dir / "engine.pid").exists()
     assert _processes_with(f"--port {port}") == []
 

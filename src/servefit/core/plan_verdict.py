@@ -50,7 +50,7 @@ def capacity_verdict(
     elif memory.is_kv_cache_given and memory.kv_cache_bytes + _needed(memory) > memory.total_bytes:
         problems.append(
             f"{STARTUP}--kv-cache-memory-bytes {_gib(memory.kv_cache_bytes)} plus weights, "
-            f"activations and runtime ({_gib(_needed(memory))}) exceed the GPU's "
+            f"activations and runtime ({_gib(_needed(memory))}) exceed the device's "
             f"{_gib(memory.total_bytes)}: allocating the KV cache runs out of memory"
         )
     elif concurrency < 1:
