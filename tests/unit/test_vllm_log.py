@@ -21,16 +21,16 @@ V032_CPU = [
     "(APIServer pid=17758) INFO 11-30 07:53:17 [api_utils.py:347]  ▄▄ ▄█ █     █     █ ▀▄▀ █  "
     "version 0.32.0",
     "(APIServer pid=17758) INFO 11-30 07:53:17 [api_utils.py:347]   █▄█▀ █     █     █     █  "
-    "model   /tmp/sfup/work/tiny-llama",
+    "model   /srv/models/tiny-llama",
     "(APIServer pid=17758) INFO 11-30 07:53:17 [api_utils.py:286] non-default args: "
     "{'enable_prompt_tokens_details': True, 'host': '127.0.0.1', 'port': 45921, 'model': "
-    "'/tmp/sfup/work/tiny-llama', 'max_model_len': 4096, 'enforce_eager': True, "
+    "'/srv/models/tiny-llama', 'max_model_len': 4096, 'enforce_eager': True, "
     "'served_model_name': ['tiny-llama'], 'enable_prefix_caching': True}",
     "(APIServer pid=17758) INFO 11-30 07:54:03 [model.py:733] Resolved architecture: "
     "LlamaForCausalLM",
     "(EngineCore pid=18127) INFO 11-30 07:54:40 [core.py:133] Initializing a V1 LLM engine "
-    "(v0.32.0) with config: model='/tmp/sfup/work/tiny-llama', speculative_config=None, "
-    "tokenizer='/tmp/sfup/work/tiny-llama', skip_tokenizer_init=False, tokenizer_mode=auto, "
+    "(v0.32.0) with config: model='/srv/models/tiny-llama', speculative_config=None, "
+    "tokenizer='/srv/models/tiny-llama', skip_tokenizer_init=False, tokenizer_mode=auto, "
     "revision=None, tokenizer_revision=None, trust_remote_code=False, dtype=torch.bfloat16, "
     "max_seq_len=4096, download_dir=None, load_format=auto, tensor_parallel_size=1",
     "(Worker pid=18364) INFO 11-30 07:55:18 [cpu_worker.py:260] Explicitly set (1.0/8.09) GiB "
@@ -71,7 +71,7 @@ def test_prefix_is_split_from_the_message():
 def test_v032_cpu_log():
     log = StartupLog.read(V032_CPU)
     assert log.engine_version == "0.32.0"
-    assert log.model == "/tmp/sfup/work/tiny-llama"
+    assert log.model == "/srv/models/tiny-llama"
     assert log.non_default_args["max_model_len"] == 4096
     assert log.value("dtype") == "bfloat16"
     assert log.value("max_model_len") == 4096
