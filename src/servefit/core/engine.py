@@ -12,6 +12,7 @@ running the model rather than computing them. Each is stated as an assumption in
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from servefit.errors import InvalidArgumentError
 from servefit.units import GIB_BYTES, MIB_BYTES
@@ -91,6 +92,7 @@ class VllmBehaviour:
         return tuple(notes)
 
 
+@lru_cache(maxsize=64)  # a pure function of the version string, asked twice per plan
 def vllm_behaviour(version: str = DEFAULT_VLLM_VERSION) -> VllmBehaviour:
     major, minor = parse_version(version)
     v = (major, minor)
