@@ -42,3 +42,13 @@ def gpu_facts_usable(facts: HostFacts) -> bool:
 
 
 SKIP_GPU_FACTS = "depends on the driver's GPU facts (failed above)"
+
+
+def impossible(name: str, whose: str, problems: list[str]) -> Check:
+    """A failed check for facts that cannot be true (a damaged or edited recording)."""
+    return Check(
+        name=name,
+        status=Status.FAIL,
+        reason=f"{whose} is impossible: " + "; ".join(problems),
+        remedy="probe this host again (a recording with these facts was edited or damaged)",
+    )

@@ -8,7 +8,14 @@ from __future__ import annotations
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from servefit.preflight.check import SKIP_GPU_FACTS, Check, Status, cc_tuple, gpu_facts_usable
+from servefit.preflight.check import (
+    SKIP_GPU_FACTS,
+    Check,
+    Status,
+    cc_tuple,
+    gpu_facts_usable,
+    impossible,
+)
 from servefit.preflight.facts import TORCH_ARCH, HostFacts, parse_numeric_version
 
 # CUDA minor-version compatibility: the oldest driver that runs every toolkit of a major
@@ -84,12 +91,7 @@ def check_driver_supports_torch_cuda(facts: HostFacts) -> Check:
         )
     problems = t.version_problems()
     if problems:
-        return Check(
-            name=name,
-            status=Status.FAIL,
-            reason="PyTorch's report is impossible: " + "; ".join(problems),
-            remedy="probe this host again (a recording with these facts was edited or damaged)",
-        )
+        return impossible(name, "PyTorch's report", problems)
     if not nvml.cuda_driver_version:
         return Check(
             name=name,
@@ -143,12 +145,7 @@ def check_torch_sees_gpus(facts: HostFacts) -> Check:
         return Check(name=name, status=Status.SKIP, reason="depends on a failed link above")
     problems = t.device_problems()
     if problems:
-        return Check(
-            name=name,
-            status=Status.FAIL,
-            reason="PyTorch's report is impossible: " + "; ".join(problems),
-            remedy="probe this host again (a recording with these facts was edited or damaged)",
-        )
+        return impossible(name, "PyTorch's report", problems)
     if not t.is_cuda_available:
         said = f" (torch said: {t.warnings[0]})" if t.warnings else ""
         return Check(
