@@ -32,7 +32,7 @@ class LoadedModel:
     """A model spec and where its config came from."""
 
     spec: ModelSpec
-    origin: str  # "path", "catalog" or "hub"
+    origin: str  # "path", "catalog", "hub" or "upload" (a config sent to `servefit ui`)
     source: str  # the path, the catalog entry's provenance, or the Hub id
     mamba_ssm_dtype: str | None
     checkpoint_bytes: int | None = None  # safetensors index total_size, when known
@@ -57,7 +57,7 @@ _BOMS = (
 )
 
 
-def _decode(path: Path, data: bytes) -> str:
+def _decode(path: Path | str, data: bytes) -> str:
     """A JSON file's text. transformers (and so vLLM) reads configs as UTF-8 without a
     byte-order mark: anything else is refused with the encoding named, never guessed at."""
     for bom, encoding in _BOMS:
@@ -111,6 +111,12 @@ def _read_json(path: Path) -> Any:
         data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot be read ({exc.strerror})") from None
+    return parse_json_bytes(data, path)
+
+
+def parse_json_bytes(data: bytes, path: Path | str) -> Any:
+    """JSON content (a file read, or one uploaded to ``servefit ui``) parsed as
+    :func:`_read_json` parses a file; ``path`` only names it in the errors."""
     text = _decode(path, data)
     try:
         value = json.loads(text, parse_int=_bounded_int)
@@ -271,10 +277,24 @@ def _from_hub(model_id: str, revision: str | None) -> LoadedModel:
     )
 
 
-def load_model(model: str, *, revision: str | None = None, allow_hub: bool = True) -> LoadedModel:
-    """Resolve ``model`` (path, catalog id or Hub id) to a :class:`LoadedModel`."""
+def model_from_config(
+    config: Any, *, name: str, source: str, hf_quant_config: Any = None
+) -> LoadedModel:
+    """A model from a config already in memory (a config.json uploaded to ``servefit ui``):
+    read as a config file is read, no path touched."""
+    spec = spec_from_hf_config(config, name=name, hf_quant_config=hf_quant_config)
+    return LoadedModel(
+        spec=spec, origin="upload", source=source, mamba_ssm_dtype=state_dtype(config)
+    )
+
+
+def load_model(
+    model: str, *, revision: str | None = None, allow_hub: bool = True, allow_path: bool = True
+) -> LoadedModel:
+    """Resolve ``model`` (path, catalog id or Hub id) to a :class:`LoadedModel`.
+    ``allow_path=False`` (the web page's requests) never reads a local file."""
     path = Path(model).expanduser()
-    if path.exists():
+    if allow_path and path.exists():
         return _from_path(path)
     entry = find_catalog_model(model)
     if entry is not None:

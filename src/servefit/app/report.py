@@ -11,6 +11,7 @@ from servefit.adapters.catalog import gpu_price
 from servefit.app.cost import CostRequest, cost_inputs, gpu_hour_price
 from servefit.app.deployment import Deployment
 from servefit.app.plan import plan_deployment
+from servefit.app.resolve import Resolved
 from servefit.core.cost import estimate_cost
 from servefit.core.diagnosis import diagnose
 from servefit.core.ops import decode_step, model_coeffs, prefill_step, step_ops, total
@@ -27,13 +28,17 @@ class ReportRequest:
     usd_per_gpu_hour: float | None = None
 
 
-def report_deployment(d: Deployment, req: ReportRequest) -> ReportDocument:
+def report_deployment(
+    d: Deployment, req: ReportRequest, *, resolved: Resolved | None = None
+) -> ReportDocument:
+    """The report of ``d``; ``resolved`` reuses a model already loaded (the web page's
+    uploaded configs, its catalog cache)."""
     from servefit.adapters import report as rep
     from servefit.adapters.perf_document import cost_section
     from servefit.adapters.plan_document import outcome_document
     from servefit.monitor.nvml import read_samples
 
-    outcome = plan_deployment(d)
+    outcome = plan_deployment(d, resolved=resolved)
     plan, perf, gpu = outcome.capacity, outcome.performance, outcome.resolved.gpu
     doc = outcome_document(outcome)
     cost = None
