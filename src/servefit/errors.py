@@ -13,7 +13,9 @@
     ├── DatasetError              a benchmark dataset (JSONL) that cannot be read
     ├── ServerError               the server under test is unreachable or not OpenAI-compatible
     ├── CalibrationError          the device cannot be measured (no PyTorch, no such device)
-    └── MonitorError              NVML is unavailable (no NVIDIA driver) or failed
+    ├── MonitorError              NVML is unavailable (no NVIDIA driver) or failed
+    └── HistoryError              the run history database cannot be used (damaged, newer
+                                  schema, unwritable): names the file and what to do
 
 A plan that does not fit is not an error: it is a result whose verdict says so (exit 1).
 Anything else that escapes is a servefit bug: the CLI exits with its own code (3).
@@ -86,3 +88,9 @@ class MonitorError(ServefitError):
     """NVML is unavailable (no NVIDIA driver) or failed."""
 
     label = "GPU monitor"
+
+
+class HistoryError(ServefitError):
+    """The run history database is damaged, from a newer servefit, or cannot be written."""
+
+    label = "history database"

@@ -27,6 +27,7 @@ scaling (TP x PP x DP layouts)     :mod:`servefit.app.scaling`
 bench --plan-model                 :mod:`servefit.app.bench`
 up (detect, plan, gate, launch)    :mod:`servefit.app.up`
 check-log                          :mod:`servefit.app.check_log`
+run history                        :mod:`servefit.app.history`
 =================================  ================================================
 """
 
