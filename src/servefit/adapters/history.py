@@ -252,8 +252,8 @@ def _values(run: NewRun) -> tuple[Any, ...]:
         run.deployment_key,
         run.model,
         run.gpu,
-        json.dumps(run.inputs, sort_keys=True),
-        json.dumps(run.results, sort_keys=True),
+        json.dumps(run.inputs, sort_keys=True, default=str),  # a tuple or path as text
+        json.dumps(run.results, sort_keys=True, default=str),
         run.run_dir,
         *(getattr(run.predicted, n) for n in HEADLINE_COLUMNS),
         *(getattr(run.measured, n) for n in HEADLINE_COLUMNS),

@@ -32,6 +32,8 @@ COMMANDS = {
     "calibrate": "servefit.cli.calibrate:calibrate",
     "gpus": "servefit.cli.catalog:gpus",
     "models": "servefit.cli.catalog:models",
+    "ui": "servefit.cli.ui:ui",
+    "history": "servefit.cli.history:history",
 }
 
 

@@ -33,6 +33,12 @@ from servefit.errors import ServefitError
     help="Scaling: what the best layout maximises (meeting the SLO flags first).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the versioned JSON document.")
+@click.option("--save", is_flag=True, help="Record this plan in the run history.")
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False),
+    help="With --save: the run history database [$SERVEFIT_DB, else the user's data directory].",
+)
 def plan(
     model: str,
     performance: bool,
@@ -40,6 +46,8 @@ def plan(
     gpus_per_node: int,
     objective: str,
     as_json: bool,
+    save: bool,
+    db: str | None,
     **flags: Any,
 ) -> None:
     """Does MODEL fit the GPU under vLLM with this workload? Where does the memory go, how
@@ -50,6 +58,7 @@ def plan(
     """
     from servefit.app.plan import plan_deployment
 
+    inputs = {"model": model, "performance": performance, "num_gpus": num_gpus, **flags}
     scaling_doc = None
     try:
         d = build_deployment(model, flags)
@@ -87,4 +96,11 @@ def plan(
         if scaling_doc is not None:
             render_scaling(scaling_doc, out)
         render_verdict(outcome, out)
+    if save:  # the history modules are imported only here: plan's cold start does not pay
+        from servefit.adapters.plan_document import outcome_document
+        from servefit.app.history_record import record_plan
+        from servefit.cli.history import record_quietly
+
+        doc = outcome_document(outcome, scaling=scaling_doc)
+        record_quietly(db, lambda path: record_plan(path, doc, inputs))
     verdict_exit(outcome.fits)
