@@ -1,12 +1,41 @@
-"""Shared fixtures: catalog models and GPUs, loaded the way the CLI loads them."""
+"""Shared fixtures: catalog models and GPUs, loaded the way the CLI loads them; every test's
+run history in its own temporary file."""
 
 from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from servefit.adapters.catalog import gpu_catalog
 from servefit.adapters.model_source import LoadedModel, load_model
 from servefit.core.hardware import GpuSpec
+
+_HISTORY_DIR = pytest.StashKey[str]()
+
+
+def pytest_configure(config):
+    """A history file for the session before any test module is imported: modules copy
+    os.environ into the env of their subprocesses at import time."""
+    directory = tempfile.mkdtemp(prefix="servefit-history-")
+    config.stash[_HISTORY_DIR] = directory
+    os.environ["SERVEFIT_DB"] = str(Path(directory) / "history.sqlite")
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(config.stash.get(_HISTORY_DIR, ""), ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def history_db(tmp_path_factory, monkeypatch):
+    """Commands record their runs (bench, up, report, plan --save): each test gets its own
+    history file, and subprocesses inherit it, so no test writes the user's data directory."""
+    path = tmp_path_factory.mktemp("history") / "history.sqlite"
+    monkeypatch.setenv("SERVEFIT_DB", str(path))
+    return path
 
 
 @pytest.fixture(scope="session")
