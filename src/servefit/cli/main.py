@@ -28,6 +28,7 @@ COMMANDS = {
     "null-server": "servefit.cli.bench:null_server",
     "preflight": "servefit.cli.preflight:preflight",
     "up": "servefit.cli.up:up",
+    "deploy": "servefit.cli.deploy:deploy",
     "check-log": "servefit.cli.check_log:check_log",
     "calibrate": "servefit.cli.calibrate:calibrate",
     "gpus": "servefit.cli.catalog:gpus",
