@@ -66,3 +66,29 @@ def test_param_counts_match_published_figures(model_id, pub, catalog_model):
 
 def test_llama_8b_is_exact(catalog_model):
     assert count_params(catalog_model("meta-llama/Llama-3.1-8B").spec).total == 8_030_261_248
+
+
+def test_find_gpu_reads_one_table_and_agrees_with_the_full_catalog():
+    """A plan's cold start parses only the GPU's own table: every name and alias in the
+    catalog finds the same GpuSpec that way as through the fully parsed catalog, and the
+    full catalog is not parsed to do it."""
+    import tomllib
+
+    from servefit.adapters.catalog import DATA_DIR, find_gpu, gpu_catalog
+
+    rows = tomllib.loads((DATA_DIR / "gpus.toml").read_text(encoding="utf-8"))["gpu"]
+    names = [key for row in rows for key in (row["name"], *row.get("aliases", []))]
+    gpu_catalog.cache_clear()
+    found = {name: find_gpu(name.upper().replace(" ", "_")) for name in names}
+    assert gpu_catalog.cache_info().currsize == 0  # the fast path answered every name
+    full = gpu_catalog()
+    assert all(found[name] == full.get(name) for name in names)
+    assert len({g.name for g in found.values()}) == len(rows)
+
+
+def test_find_gpu_unknown_name_still_gets_suggestions():
+    from servefit.adapters.catalog import find_gpu
+    from servefit.errors import UnknownGpuError
+
+    with pytest.raises(UnknownGpuError, match="Did you mean: .*H100"):
+        find_gpu("H100-SXN")

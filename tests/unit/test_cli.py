@@ -42,6 +42,34 @@ def test_plan_fits_exit_0_and_json_contract():
     assert doc["vllm_command"].startswith("vllm serve meta-llama/Llama-3.1-8B --max-model-len 8192")
 
 
+def test_plan_json_reads_back_in_a_fresh_process():
+    """The plan document names its performance and scaling sections' types only lazily (a
+    capacity-only plan does not import them); a document with a performance section still
+    reads back, types checked, in a process that never planned."""
+    result = run(
+        "plan", "meta-llama/Llama-3.1-8B", "--gpu", "h100", "--max-model-len", "8192", "--json"
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["performance"] is not None
+    read_back = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from servefit.adapters.plan_document import PlanDocument; "
+            "d = PlanDocument.model_validate_json(sys.stdin.read()); "
+            "print(type(d.performance).__name__, d.performance.decode_tok_per_s)",
+        ],
+        input=result.stdout,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert read_back.returncode == 0, read_back.stderr
+    name, decode = read_back.stdout.split()
+    assert name == "PerformanceSection"
+    assert float(decode) == json.loads(result.stdout)["performance"]["decode_tok_per_s"]
+
+
 def test_plan_does_not_fit_exit_1_and_says_why():
     result = run(
         "plan", "meta-llama/Llama-3.1-70B", "--gpu", "A100-80GB", "--max-model-len", "8192"

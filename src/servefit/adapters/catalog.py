@@ -8,24 +8,27 @@ cached: a CLI call reads the GPU table once and only the one model file it needs
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from servefit.core.hardware import GpuCatalog
+from servefit.core.hardware import GpuCatalog, GpuSpec, gpu_from_row, normalise_gpu_name
 from servefit.errors import ConfigError, InvalidArgumentError
 
 if TYPE_CHECKING:  # the performance and cost models load only when a plan predicts speed
     from servefit.core.cost import ApiPrice
     from servefit.core.roofline import EfficiencyTable
 
-MODELS_PACKAGE = "servefit.data"
+# the package's data folder (servefit installs as plain files, never zipped; a Path costs
+# nothing at start-up where importlib.resources imports zipfile and tempfile)
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
 
-def _data_file(name: str) -> Any:
-    return resources.files(MODELS_PACKAGE).joinpath(name)
+def _data_file(name: str) -> Path:
+    return DATA_DIR / name
 
 
 @cache
@@ -35,6 +38,34 @@ def gpu_catalog() -> GpuCatalog:
     if raw.get("schema_version") != 1:
         raise ConfigError(f"gpus.toml: unsupported schema_version {raw.get('schema_version')!r}")
     return GpuCatalog.from_rows(raw["gpu"])
+
+
+_GPU_TABLE = "\n[[gpu]]\n"
+_NAME_LINE = re.compile(r"^(?:name|aliases) = (.*)$", re.MULTILINE)
+
+
+def find_gpu(name: str) -> GpuSpec:
+    """One catalog GPU by name or alias, as ``gpu_catalog().get(name)`` finds it, without
+    parsing the whole catalog: only the table whose name or alias matches is parsed (a
+    plan's cold start). Anything else (an unknown name, which gets suggestions) goes
+    through the full catalog."""
+    if not gpu_catalog.cache_info().currsize:  # parsed already: the index is faster
+        key = normalise_gpu_name(name)
+        text = _data_file("gpus.toml").read_text(encoding="utf-8")
+        header, *tables = text.split(_GPU_TABLE)
+        if "\nschema_version = 1\n" in header:
+            matches = [t for t in tables if key in _table_keys(t)]
+            if len(matches) == 1:
+                return gpu_from_row(tomllib.loads(matches[0]))
+    return gpu_catalog().get(name)
+
+
+def _table_keys(table: str) -> set[str]:
+    """The normalised name and aliases of one ``[[gpu]]`` table's text."""
+    keys = set()
+    for value in _NAME_LINE.findall(table):
+        keys.update(normalise_gpu_name(v) for v in re.findall(r'"([^"]*)"', value))
+    return keys
 
 
 @cache

@@ -12,7 +12,24 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar, Self
+
+# Loaders of types a document module names only in annotations (imported lazily so that
+# writing a document does not import them); reading any document runs them first, so
+# pydantic can resolve every annotation.
+_ANNOTATION_TYPE_LOADERS: list[Callable[[], None]] = []
+
+
+def register_annotation_types(loader: Callable[[], None]) -> None:
+    """``loader`` puts into its module the types that module annotates with but imports
+    lazily; it runs before any document is read back."""
+    _ANNOTATION_TYPE_LOADERS.append(loader)
+
+
+def _load_annotation_types() -> None:
+    for loader in _ANNOTATION_TYPE_LOADERS:
+        loader()
 
 
 class FrozenDoc:
@@ -42,12 +59,14 @@ class FrozenDoc:
         ``ValidationError``, a ``ValueError``)."""
         from pydantic import TypeAdapter
 
+        _load_annotation_types()
         return TypeAdapter(cls).validate_json(text)
 
     @classmethod
     def model_validate(cls, data: Any) -> Self:
         from pydantic import TypeAdapter
 
+        _load_annotation_types()
         return TypeAdapter(cls).validate_python(data)
 
 

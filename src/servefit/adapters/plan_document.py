@@ -5,17 +5,22 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from servefit import __version__
-from servefit.adapters.document import FrozenDoc
-from servefit.adapters.perf_document import (
-    PerformanceSection,
-    ScalingSection,
-    performance_section,
-)
+from servefit.adapters.document import FrozenDoc, register_annotation_types
 from servefit.core.plan import CapacityPlan
 from servefit.core.weights import weight_bytes
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the performance sections load only when a plan has one (cold start)
+    from servefit.adapters.perf_document import PerformanceSection, ScalingSection
     from servefit.app.plan import PlanOutcome
+
+
+def _import_performance_types() -> None:
+    from servefit.adapters.perf_document import PerformanceSection, ScalingSection
+
+    globals().update(PerformanceSection=PerformanceSection, ScalingSection=ScalingSection)
+
+
+register_annotation_types(_import_performance_types)
 
 SCHEMA_VERSION = 1
 
@@ -157,6 +162,8 @@ def outcome_document(
     recommendation and the performance section."""
     v, rec = outcome.verdict, outcome.recommendation
     perf = outcome.performance
+    if perf is not None:
+        from servefit.adapters.perf_document import performance_section
     doc = plan_document(
         outcome.capacity,
         model_id=outcome.resolved.model_id,

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from servefit.app.deployment import Deployment
-from servefit.app.recommend import Recommendation, recommend
 from servefit.app.resolve import Resolved, resolve
 from servefit.app.verdict import Verdict, judge
 from servefit.core.plan import CapacityPlan, ServeSettings
 from servefit.errors import InvalidArgumentError
 
-if TYPE_CHECKING:  # the performance model is imported only when a plan predicts speed
+if TYPE_CHECKING:  # imported only when a plan predicts speed / does not fit (cold start)
+    from servefit.app.recommend import Recommendation
     from servefit.core.perf import PerformancePlan
 
 
@@ -92,6 +92,8 @@ def plan_deployment(
     rec = None
     rec_args: tuple[str, ...] = ()
     if not verdict.fits:
+        from servefit.app.recommend import recommend
+
         rec = recommend(
             d, plan, lambda s: capacity_for(resolved, d.with_settings(s).engine_settings())
         )

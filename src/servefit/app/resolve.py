@@ -8,7 +8,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from servefit.adapters.catalog import efficiency_table, gpu_catalog
+from servefit.adapters.catalog import efficiency_table, find_gpu
 from servefit.adapters.model_source import LoadedModel, load_model
 from servefit.app.deployment import Deployment, Hardware
 from servefit.core.engines import ServingEngine, select_engine
@@ -41,7 +41,7 @@ def resolve_gpu(hw: Hardware, calibration: CalibrationDocument | None = None) ->
         from servefit.adapters.detect import detect
 
         return detect(hw.gpu).device  # this machine: NVIDIA GPUs through NVML, or its CPU
-    base = gpu_catalog().get(hw.gpu) if hw.gpu else None
+    base = find_gpu(hw.gpu) if hw.gpu else None
     if base is not None and hw.memory_gib is None and hw.bandwidth_gb_per_s is None:
         return base
     if base is None:

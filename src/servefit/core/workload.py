@@ -23,10 +23,13 @@ Sampling uses a seeded generator: the same workload gives the same requests.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from random import Random
+from typing import TYPE_CHECKING
 
 from servefit.core.metrics import Slo as Slo  # re-exported: the one Slo, with the metrics
 from servefit.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from random import Random
 
 # Bounds on what one simulation is asked for: its cost grows with the requests in flight and
 # the requests simulated (4,096 concurrent take ~8 s, 50,000 requests ~4 s on one core).
@@ -156,6 +159,8 @@ class RequestSpec:
 
 
 def sample_requests(w: Workload) -> tuple[RequestSpec, ...]:
+    from random import Random  # imported here: a capacity-only plan never samples
+
     rng = Random(w.seed)  # seeded: the same workload gives the same requests
     out = []
     t = 0.0
@@ -198,6 +203,8 @@ def sample_sessions(w: Workload) -> tuple[SessionSpec, ...]:
     session of its own (the same draws). More turns: sessions of ``w.turns`` turns."""
     if w.turns == 1:
         return tuple(SessionSpec(arrival_s=r.arrival_s, turns=(r,)) for r in sample_requests(w))
+    from random import Random
+
     rng = Random(w.seed)
     out = []
     t = 0.0
