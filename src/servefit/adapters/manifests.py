@@ -123,16 +123,30 @@ def compose(spec: ManifestSpec) -> dict[str, Any]:
     return {"name": spec.name, "services": {"vllm": service}, "volumes": {"hf-cache": {}}}
 
 
-def serve_script(spec: ManifestSpec) -> str:
-    where = "on the Ray head (see ray/head.sh)" if spec.is_multi_node else "on a GPU host"
+def serve_script(spec: ManifestSpec, argv: tuple[str, ...], where: str) -> str:
     return (
         "#!/bin/sh\n"
         + header(spec)
-        + f"# The exact command of one replica, {where}.\n"
+        + f"# The exact command of one {where}.\n"
         + "exec "
-        + shlex.join(spec.vllm_args)
+        + shlex.join(argv)
         + "\n"
     )
+
+
+def serve_scripts(spec: ManifestSpec) -> dict[str, str]:
+    """``vllm-serve.sh``; a disaggregated deployment whose roles differ gets one per role."""
+    if spec.is_multi_node:
+        return {"vllm-serve.sh": serve_script(spec, spec.vllm_args, "replica, on the Ray head")}
+    commands = {role.vllm_args for role in spec.roles}
+    if len(commands) > 1:
+        return {
+            f"vllm-serve-{r.role}.sh": serve_script(spec, r.vllm_args, f"{r.role} instance")
+            for r in spec.roles
+        }
+    if commands:
+        return {"vllm-serve.sh": serve_script(spec, commands.pop(), "prefill or decode instance")}
+    return {"vllm-serve.sh": serve_script(spec, spec.vllm_args, "replica, on a GPU host")}
 
 
 def ray_head_script(spec: ManifestSpec) -> str:
@@ -172,7 +186,7 @@ def check_no_secret(files: dict[str, str]) -> None:
 def render_manifests(spec: ManifestSpec) -> dict[str, str]:
     """Every file of the deployment, path (relative to DIR) -> text."""
     top = header(spec)
-    files: dict[str, str] = {"vllm-serve.sh": serve_script(spec)}
+    files: dict[str, str] = serve_scripts(spec)
     if not spec.is_multi_node and not spec.is_disaggregated:
         files["compose.yaml"] = yaml_text([compose(spec)], top)
     if spec.is_disaggregated:
@@ -194,6 +208,8 @@ def render_manifests(spec: ManifestSpec) -> dict[str, str]:
 
 FILE_NOTES = {
     "vllm-serve.sh": "the exact `vllm serve` command of one replica (the plan's flags)",
+    "vllm-serve-prefill.sh": "the exact command of one prefill instance",
+    "vllm-serve-decode.sh": "the exact command of one decode instance",
     "compose.yaml": "docker compose: one replica on this host (`docker compose up -d`)",
     "k8s/deployment.yaml": "Kubernetes Deployment: replicas x GPUs, probes on /health",
     "k8s/service.yaml": "Kubernetes Service (ClusterIP) on the server's port",
