@@ -163,13 +163,18 @@ def bench_key(result: BenchResult, gpu: str | None, tp: int | None) -> Deploymen
 
 def record_bench(
     db_path: Path,
-    result: BenchResult,
+    result: BenchResult | SweepResult,
     inputs: dict[str, Any],
-    run_dir: Path | None,
+    run_dir: Path | str | None,
     gpu: str | None = None,
     tp: int | None = None,
 ) -> int:
-    """One measured bench run: its summary document, measured next to any prediction."""
+    """One bench run: its summary document (``--json``'s), measured next to any prediction;
+    a sweep or search as :func:`record_sweep`."""
+    from servefit.bench.search import SweepResult
+
+    if isinstance(result, SweepResult):
+        return record_sweep(db_path, result, inputs, run_dir, gpu, tp)
     return record_run(
         db_path,
         "bench",
@@ -186,7 +191,7 @@ def record_sweep(
     db_path: Path,
     sweep: SweepResult,
     inputs: dict[str, Any],
-    run_dir: Path | None,
+    run_dir: Path | str | None,
     gpu: str | None = None,
     tp: int | None = None,
 ) -> int:

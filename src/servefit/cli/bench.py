@@ -11,12 +11,14 @@ SIGINT / SIGTERM (the run so far written, marked interrupted).
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from servefit.cli.history import history_options
 from servefit.cli.output import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -193,6 +195,7 @@ def _bench_options(command: Any) -> Any:
 @click.command()
 @click.argument("url")
 @_bench_options
+@history_options
 def bench(url: str, **flags: Any) -> None:
     """Measure an OpenAI-compatible server at URL (http://host:port, with or without /v1):
     TTFT, TPOT, ITL, throughput, goodput, cached tokens."""
@@ -207,6 +210,10 @@ def bench(url: str, **flags: Any) -> None:
         flags.pop("as_json"),
     )
     plan = flags.pop("plan_model"), flags.pop("plan_gpu"), flags.pop("plan_tp")
+    history = flags.pop("db"), flags.pop("no_history")
+    inputs = {"url": url, **flags, "output_dir": output_dir, "monitor": monitor}
+    inputs.update(plan_model=plan[0], gpu=plan[1], plan_tp=plan[2])
+    remember = functools.partial(_remember, history, inputs, out_dir=output_dir, plan=plan)
     try:
         cfg, levels = bench_setup(url=url, **flags)
     except ServefitError as error:
@@ -221,7 +228,7 @@ def bench(url: str, **flags: Any) -> None:
             if out is not None:
                 prepare_output(out)  # an unwritable --output: exit 2 before anything is sent
             if levels.is_sweep:
-                _sweep(cfg, levels, api_key, out, as_json, interrupt)
+                _sweep(cfg, levels, api_key, out, as_json, interrupt, remember)
             result = _measure(cfg, api_key, out, monitor, as_json, plan, flags, interrupt)
         except ServefitError as error:
             fail(error)
@@ -233,6 +240,7 @@ def bench(url: str, **flags: Any) -> None:
         from servefit.cli.render import render_bench
 
         render_bench(result, Console())
+    remember(result)
     sys.exit(_exit_code(interrupt, result.interrupted, result.is_passing(cfg.max_error_rate)))
 
 
@@ -282,6 +290,7 @@ def _sweep(
     out: Path | None,
     as_json: bool,
     interrupt: Interrupt,
+    remember: Callable[[Any], None],
 ) -> NoReturn:
     from servefit.bench.search import run_sweep
 
@@ -298,7 +307,27 @@ def _sweep(
         if levels.is_search:
             best = sweep.best_concurrency
             click.echo(f"highest concurrency meeting the SLOs at p{levels.slo_percentile}: {best}")
+    remember(sweep)
     sys.exit(_exit_code(interrupt, sweep.interrupted, sweep.is_passing(cfg.max_error_rate)))
+
+
+def _remember(
+    history: tuple[str | None, bool],
+    inputs: dict[str, Any],
+    run: Any,
+    *,
+    out_dir: str | None,
+    plan: tuple[str | None, str | None, int],
+) -> None:
+    """The run (or sweep) in the run history, unless --no-history; a failure only warns."""
+    db, no_history = history
+    if no_history:
+        return
+    from servefit.app.history_record import record_bench
+    from servefit.cli.history import record_quietly
+
+    _, gpu, tp = plan
+    record_quietly(db, lambda path: record_bench(path, run, inputs, out_dir, gpu, tp))
 
 
 def _predict(model: str, gpu: str | None, tp: int, cfg: BenchConfig) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from servefit.cli.history import history_options, record_quietly
 from servefit.cli.options import build_deployment, deployment_options
 from servefit.cli.output import fail
 from servefit.errors import InvalidArgumentError, ServefitError
@@ -42,6 +43,7 @@ from servefit.errors import InvalidArgumentError, ServefitError
     show_default=True,
 )
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to a file.")
+@history_options
 def report(
     model: str | None,
     bench_dir: str | None,
@@ -50,12 +52,17 @@ def report(
     compare_files: tuple[str, str] | None,
     fmt: str,
     output: str | None,
+    db: str | None,
+    no_history: bool,
     **flags: Any,
 ) -> None:
     """The five-minute checklist for MODEL on GPU: model, memory, workload, performance
     (predicted and measured), scaling, economics, and the bottleneck diagnosis."""
     from servefit.adapters import report as rep
 
+    inputs = {"model": model, "bench_dir": bench_dir, "gpu_samples": gpu_samples, **flags}
+    inputs.update(usd_per_gpu_hour=usd_per_gpu_hour, format=fmt, output=output)
+    doc = None
     try:
         if compare_files:
             a, b = (rep.load_report(Path(f)) for f in compare_files)
@@ -88,3 +95,8 @@ def report(
         click.echo(f"report written to {output}")
     else:
         click.echo(text)
+    if doc is not None and not no_history:  # a --compare of two reports is not a new run
+        from servefit.app.history_record import record_report
+
+        report_doc = doc
+        record_quietly(db, lambda path: record_report(path, report_doc, inputs, bench_dir))

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from servefit.adapters.redact import argv_secret_values, redact_text
+from servefit.cli.history import history_options, record_quietly
 from servefit.cli.options import build_deployment, deployment_options
 from servefit.cli.output import fail
 from servefit.errors import ServefitError
@@ -29,6 +30,7 @@ from servefit.errors import ServefitError
     "--startup-timeout-s", type=float, default=1200.0, show_default=True, help="Wait for ready."
 )
 @click.option("--quiet-log", is_flag=True, help="Do not stream vLLM's log (it is still saved).")
+@history_options
 def up(
     model: str,
     extra: tuple[str, ...],
@@ -40,6 +42,8 @@ def up(
     run_dir: str | None,
     startup_timeout_s: float,
     quiet_log: bool,
+    db: str | None,
+    no_history: bool,
     **flags: Any,
 ) -> None:
     """Plan MODEL on this machine's hardware, gate, and launch vLLM with the plan's flags.
@@ -56,6 +60,8 @@ def up(
     """
     from servefit.app.up import UpRequest, run_up
 
+    inputs = {"model": model, "extra": list(extra), "host": host, "port": port, **flags}
+    inputs.update(smoke=smoke, check_only=check_only, run_dir=run_dir)
     try:
         is_version_given = flags.get("vllm_version") is not None
         gpu = flags.get("gpu")
@@ -86,4 +92,14 @@ def up(
         )
     except ServefitError as error:
         fail(error)
+    if result.run_dir is not None and not no_history:  # launched: its run folder is recorded
+        from servefit.app.history_record import record_up
+
+        folder = result.run_dir
+        record_quietly(
+            db,
+            lambda path: record_up(
+                path, folder, inputs, exit_code=result.exit_code, smoke=result.smoke
+            ),
+        )
     sys.exit(result.exit_code)
