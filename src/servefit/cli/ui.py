@@ -1,0 +1,57 @@
+"""``servefit ui``: the local web page (plan, compare, runs) over the application layer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from servefit.cli.output import fail
+from servefit.errors import InvalidArgumentError
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
+@click.option("--open", "open_browser", is_flag=True, help="Open the page in a browser.")
+@click.option(
+    "--run",
+    "runs",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="A `servefit bench --output` or `servefit up` run folder the page may open "
+    "(repeatable); the page opens no other folder.",
+)
+def ui(host: str, port: int, open_browser: bool, runs: tuple[str, ...]) -> None:
+    """Serve the page: pick a model, GPU, vLLM flags and workload, and watch the verdict,
+    memory, speed and cost move; compare deployments; open a run's report. Every state is a
+    URL; the page loads nothing from the network."""
+    from aiohttp import web
+
+    from servefit.ui.server import is_loopback, make_app
+
+    folders = []
+    for run in runs:
+        path = Path(run).expanduser().resolve()
+        if not path.is_dir():
+            fail(InvalidArgumentError(f"--run {run}: not a folder"))
+        folders.append(path)
+    if not is_loopback(host):
+        click.echo(
+            f"warning: --host {host} is not loopback: anyone who can reach this machine on port "
+            f"{port} can use the page and read the registered runs' reports",
+            err=True,
+        )
+    url_host = f"[{host}]" if ":" in host else host
+    url = f"http://{url_host}:{port}/"
+
+    async def on_startup(app: web.Application) -> None:
+        click.echo(f"servefit ui: {url} (Ctrl-C stops it)", err=True)
+        if open_browser:
+            import webbrowser
+
+            webbrowser.open(url)
+
+    app = make_app(folders)
+    app.on_startup.append(on_startup)
+    web.run_app(app, host=host, port=port, print=None, handle_signals=True)

@@ -1,0 +1,218 @@
+"""``servefit ui``'s HTTP server (aiohttp): the page's three static files, shipped in the
+package, and a small JSON API over :mod:`servefit.ui.views`.
+
+========================  ====================================================================
+route                     answer
+========================  ====================================================================
+``GET /``                 the page (``static/index.html``); its state is the query string
+``GET /static/{name}``    ``app.js``, ``app.css`` (only the files the package ships)
+``GET /api/catalog``      model ids, GPU names, registered runs
+``GET /api/capacity``     the plan without the serving simulation (milliseconds)
+``GET /api/plan``         the plan view (``plan`` = ``servefit plan --json``'s document)
+``GET /api/plan.json``    the export: ``servefit plan --json`` for the same flags
+``GET /api/report.html``  the export: ``servefit report --format html`` (``run=ID``: with it)
+``GET /api/compare``      ``servefit compare --json`` (``compare-models``, ``compare-gpus``)
+``POST /api/upload``      a config.json's content, parsed in memory -> ``upload:<id>``
+========================  ====================================================================
+
+Every bad input is a 400 whose JSON names the field; a path is never read from a request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from servefit.errors import ServefitError
+from servefit.ui.query import FIELDS, FieldError, parse_query
+from servefit.ui.views import PageState
+
+STATIC_FILES = {
+    "index.html": "text/html",
+    "app.js": "text/javascript",
+    "app.css": "text/css",
+}
+# The page's only sources are this server; nothing it loads comes from elsewhere.
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; frame-src 'self'; base-uri 'none'; form-action 'none'"
+)
+# The report is a self-contained document with its own <style>; it runs no script.
+REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'self'"
+STATE_KEY = web.AppKey("state", PageState)
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host in LOOPBACK_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _static(name: str) -> bytes:
+    return resources.files("servefit.ui").joinpath("static", name).read_bytes()
+
+
+def _field_of(error: ServefitError) -> str:
+    """The field an error is about: its own, or the first flag its message names."""
+    if isinstance(error, FieldError):
+        return error.field
+    for flag in re.findall(r"--([a-z][a-z0-9-]*)", str(error)):
+        if flag in FIELDS:
+            return flag
+    return ""
+
+
+def _bad_request(error: ServefitError) -> web.Response:
+    return web.json_response(
+        {"error": str(error), "field": _field_of(error), "label": error.label}, status=400
+    )
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        response = await handler(request)
+    except ServefitError as error:
+        response = _bad_request(error)
+    response.headers.setdefault("Content-Security-Policy", CSP)
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    response.headers.setdefault("Cache-Control", "no-store")
+    return response
+
+
+async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """Planning is CPU work: off the event loop, so the page's other requests still answer."""
+    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+def _query(request: web.Request, *, extra: Sequence[str] = ()) -> Any:
+    keys = [k for k in request.query if k not in extra]
+    if len(keys) != len(set(keys)):
+        raise FieldError("query", "a field is given twice")
+    return parse_query({k: request.query[k] for k in keys}, page_keys=True)
+
+
+async def index(request: web.Request) -> web.Response:
+    return web.Response(body=_static("index.html"), content_type="text/html", charset="utf-8")
+
+
+async def static(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    if name not in STATIC_FILES:
+        raise web.HTTPNotFound()
+    return web.Response(body=_static(name), content_type=STATIC_FILES[name], charset="utf-8")
+
+
+async def catalog(request: web.Request) -> web.Response:
+    from servefit.adapters.catalog import gpu_catalog, model_ids
+
+    state = request.app[STATE_KEY]
+    gpus = [
+        {"name": g.name, "memory_bytes": g.memory_bytes, "provisional": g.is_provisional}
+        for g in gpu_catalog().gpus
+    ]
+    runs = [run.describe() for run in state.runs.values()]
+    return web.json_response({"models": list(model_ids()), "gpus": gpus, "runs": runs})
+
+
+async def plan(request: web.Request) -> web.Response:
+    from servefit.ui.views import plan_view
+
+    q = _query(request)
+    return web.json_response(await _in_thread(plan_view, request.app[STATE_KEY], q))
+
+
+async def capacity(request: web.Request) -> web.Response:
+    from servefit.ui.views import capacity_view
+
+    q = _query(request)
+    return web.json_response(await _in_thread(capacity_view, request.app[STATE_KEY], q))
+
+
+async def plan_export(request: web.Request) -> web.Response:
+    from servefit.ui.views import plan_json, report_for
+
+    q = _query(request)
+    report = await _in_thread(report_for, request.app[STATE_KEY], q)
+    return web.Response(
+        text=plan_json(report),
+        content_type="application/json",
+        headers={"Content-Disposition": 'attachment; filename="servefit-plan.json"'},
+    )
+
+
+async def report_export(request: web.Request) -> web.Response:
+    from servefit.ui.views import report_for, report_html, run_report_html
+
+    state = request.app[STATE_KEY]
+    run_id = request.query.get("run", "")
+    q = _query(request, extra=("download",))
+    if run_id:
+        html = await _in_thread(run_report_html, state, q, run_id)
+    else:
+        html = report_html(await _in_thread(report_for, state, q))
+    headers = {"Content-Security-Policy": REPORT_CSP}
+    if request.query.get("download") is not None:
+        headers["Content-Disposition"] = 'attachment; filename="servefit-report.html"'
+    return web.Response(text=html, content_type="text/html", headers=headers)
+
+
+async def compare(request: web.Request) -> web.Response:
+    from servefit.ui.views import compare_view
+
+    q_params = dict(request.query)
+    models = q_params.pop("compare-models", "")
+    gpus = q_params.pop("compare-gpus", "")
+    q_params.setdefault("model", models.split(",")[0].strip() or "-")
+    q_params.setdefault("gpu", gpus.split(",")[0].strip() or "-")
+    q = parse_query(q_params, page_keys=True)
+    doc = await _in_thread(compare_view, request.app[STATE_KEY], q, models, gpus)
+    return web.json_response(doc)
+
+
+async def upload(request: web.Request) -> web.Response:
+    from servefit.ui.views import MAX_UPLOAD_BYTES
+
+    if request.content_length is not None and request.content_length > MAX_UPLOAD_BYTES:
+        raise FieldError("config", "too large for a config.json")
+    data = await request.content.read(MAX_UPLOAD_BYTES + 1)
+    name = request.query.get("name", "config.json")
+    model_id = request.app[STATE_KEY].upload(data, name)
+    loaded = request.app[STATE_KEY].uploads[model_id.split(":", 1)[1]]
+    return web.json_response({"model": model_id, "name": loaded.spec.name})
+
+
+def make_app(runs: Sequence[Path] = ()) -> web.Application:
+    """The page's application; ``runs`` are the folders registered on the command line."""
+    from servefit.ui.views import MAX_UPLOAD_BYTES
+
+    app = web.Application(middlewares=[_errors], client_max_size=MAX_UPLOAD_BYTES + 1024)
+    state = PageState()
+    for path in runs:
+        state.register_run(path)
+    app[STATE_KEY] = state
+    app.router.add_get("/", index)
+    app.router.add_get("/static/{name}", static)
+    app.router.add_get("/api/catalog", catalog)
+    app.router.add_get("/api/capacity", capacity)
+    app.router.add_get("/api/plan", plan)
+    app.router.add_get("/api/plan.json", plan_export)
+    app.router.add_get("/api/report.html", report_export)
+    app.router.add_get("/api/compare", compare)
+    app.router.add_post("/api/upload", upload)
+    return app
