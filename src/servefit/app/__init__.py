@@ -27,6 +27,7 @@ scaling (TP x PP x DP layouts)     :mod:`servefit.app.scaling`
 bench --plan-model                 :mod:`servefit.app.bench`
 up (detect, plan, gate, launch)    :mod:`servefit.app.up`
 check-log                          :mod:`servefit.app.check_log`
+deploy (manifests of a plan)       :mod:`servefit.app.deploy`
 run history                        :mod:`servefit.app.history`
 =================================  ================================================
 """
@@ -55,6 +56,9 @@ _EXPORTS = {
     "UpRequest": "servefit.app.up",
     "run_up": "servefit.app.up",
     "check_startup_log": "servefit.app.check_log",
+    "ManifestSpec": "servefit.app.deploy",
+    "manifest_spec_from_plan": "servefit.app.deploy",
+    "write_manifests": "servefit.app.deploy",
 }
 
 __all__ = list(_EXPORTS)
