@@ -84,3 +84,25 @@ def test_disaggregated_and_secrets(tmp_path):
     assert refused.returncode == 2 and "--api-key" in refused.stderr
     assert key not in refused.stderr + refused.stdout
     assert not (tmp_path / "s").exists()
+
+
+def test_num_gpus_deploys_the_best_layout_as_replicas(tmp_path):
+    """DeepSeek-V3 on 32 H100s: a replica needs two nodes of 8 (TP 8 x PP 2, the only
+    layout whose weights fit), so the best layout is two such replicas."""
+    out = tmp_path / "ds"
+    result = run(
+        "deploy", "deepseek-ai/DeepSeek-V3", "--gpu", "h100", "--num-gpus", "32", "--emit", str(out)
+    )
+    assert result.returncode == 0, result.stderr
+    lws, service = yaml.safe_load_all(
+        (out / "k8s" / "leaderworkerset.yaml").read_text(encoding="utf-8")
+    )
+    assert lws["spec"]["replicas"] == 2
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    assert service["spec"]["selector"]["role"] == "leader"
+    head = (out / "ray" / "head.sh").read_text(encoding="utf-8").strip().splitlines()[-1]
+    argv = shlex.split(head.removeprefix("exec "))
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "8"
+    assert argv[argv.index("--pipeline-parallel-size") + 1] == "2"
+    assert argv[-2:] == ["--distributed-executor-backend", "ray"]
+    assert not (out / "compose.yaml").exists()  # compose is one host

@@ -58,6 +58,11 @@ def startup_probe_of(spec: ManifestSpec, extra_s: float = 0.0) -> StartupProbe:
     return startup_probe_for(spec.predicted_load_s + extra_s)
 
 
+def server_startup_probe(spec: ManifestSpec) -> StartupProbe:
+    """The vLLM server's startup probe: a multi-node leader also waits for its workers."""
+    return startup_probe_of(spec, RAY_JOIN_TIMEOUT_S if spec.is_multi_node else 0.0)
+
+
 def _http_probe(spec: ManifestSpec, *, period_s: int, failure_threshold: int) -> dict[str, Any]:
     return {
         "httpGet": {"path": HEALTH_PATH, "port": spec.port},

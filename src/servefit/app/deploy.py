@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from servefit.adapters.manifest_spec import (
     DEFAULT_HF_TOKEN_SECRET,
@@ -29,9 +30,13 @@ from servefit.adapters.manifest_spec import (
     flag_value,
     image_for,
 )
-from servefit.app.plan import PlanOutcome
+from servefit.app.deployment import Deployment
+from servefit.app.plan import PlanOutcome, plan_deployment
 from servefit.core.load_time import LoadTimeEstimate, estimate_load_time
 from servefit.errors import InvalidArgumentError
+
+if TYPE_CHECKING:  # the scaling search (and its simulator) is imported only when asked for
+    from servefit.app.scaling import ScalingRequest
 
 __all__ = [
     "ManifestSpec",
@@ -39,6 +44,7 @@ __all__ = [
     "disaggregate",
     "load_time_of",
     "manifest_spec_from_plan",
+    "plan_best_layout",
     "write_manifests",
 ]
 
@@ -121,6 +127,38 @@ def manifest_spec_from_plan(
         hf_token_secret=hf_token_secret,
         checkpoint_bytes=int(checkpoint_bytes),
     )
+
+
+def plan_best_layout(d: Deployment, request: ScalingRequest) -> tuple[PlanOutcome, int]:
+    """The best TP x PP x DP (+ EP) layout of ``request.num_gpus`` as one replica's plan
+    (its TP, PP and ``--enable-expert-parallel``; its share of the workload) and the number
+    of replicas (the layout's DP): Kubernetes runs the replicas, each a vLLM server."""
+    from servefit.app.resolve import resolve
+    from servefit.app.scaling import plan_deployment_scaling
+    from servefit.core.scaling import replica_workload
+
+    resolved = resolve(d)
+    scaling = plan_deployment_scaling(d, resolved, request)
+    if scaling.best is None:
+        problems = sorted({r.problem for r in scaling.layouts if r.problem})
+        raise InvalidArgumentError(
+            f"no layout of {request.num_gpus} GPUs serves the workload"
+            + (f": {problems[0]}" if problems else "")
+            + "; try more GPUs (--num-gpus) or a larger GPU"
+        )
+    layout = scaling.best.layout
+    extra = d.extra_args
+    if layout.ep and "--enable-expert-parallel" not in extra:
+        extra = ("--enable-expert-parallel", *extra)
+    replica = replace(
+        d,
+        settings=replace(
+            d.settings, tensor_parallel_size=layout.tp, pipeline_parallel_size=layout.pp
+        ),
+        workload=replica_workload(d.workload, layout.dp),
+        extra_args=extra,
+    )
+    return plan_deployment(replica, with_performance=False, resolved=resolved), layout.dp
 
 
 def kv_transfer_config(connector: str = DEFAULT_CONNECTOR) -> str:

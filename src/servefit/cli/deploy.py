@@ -41,7 +41,19 @@ def _split(text: str | None) -> tuple[int, int] | None:
 @click.option("--image", help="Server image [vllm/vllm-openai at the planned vLLM version].")
 @click.option("--replicas", type=int, default=1, show_default=True, help="Replicas to run.")
 @click.option(
+    "--num-gpus",
+    type=int,
+    help="Scaling: deploy the best TP x PP x DP layout of N GPUs (its DP becomes replicas).",
+)
+@click.option(
     "--gpus-per-node", type=int, default=8, show_default=True, help="Scaling: GPUs per node."
+)
+@click.option(
+    "--objective",
+    type=click.Choice(["throughput", "latency"]),
+    default="throughput",
+    show_default=True,
+    help="Scaling: what the best layout maximises (meeting the SLO flags first).",
 )
 @click.option(
     "--hf-token-secret",
@@ -67,7 +79,9 @@ def deploy(
     emit_dir: str,
     image: str | None,
     replicas: int,
+    num_gpus: int | None,
     gpus_per_node: int,
+    objective: str,
     hf_token_secret: str,
     pd_split: str | None,
     use_recommendation: bool,
@@ -77,7 +91,8 @@ def deploy(
     """Plan MODEL and write the manifests that run it into --emit DIR.
 
     \b
-    servefit deploy MODEL [plan's flags] --emit DIR [--replicas N] [-- extra vllm flags]
+    servefit deploy MODEL [plan's flags] --emit DIR [--replicas N | --num-gpus N]
+                    [-- extra vllm flags]
 
     DIR gets vllm-serve.sh (the exact command), compose.yaml, k8s/ (Deployment + Service,
     a LeaderWorkerSet with Ray when a replica spans nodes, prefill/decode deployments with
@@ -91,7 +106,17 @@ def deploy(
     try:
         split = _split(pd_split)
         d = build_deployment(model, flags, extra_args=tuple(extra))
-        outcome = plan_deployment(d, with_performance=False)
+        if num_gpus is not None:
+            from servefit.app.deploy import plan_best_layout
+            from servefit.app.scaling import ScalingRequest
+
+            request = ScalingRequest(
+                num_gpus=num_gpus, gpus_per_node=gpus_per_node, objective=objective
+            )
+            outcome, data_parallel = plan_best_layout(d, request)
+            replicas *= data_parallel
+        else:
+            outcome = plan_deployment(d, with_performance=False)
         recommended = use_recommendation and not outcome.fits
         if not outcome.fits and not force and not (recommended and outcome.recommendation):
             _refuse(outcome)
@@ -127,15 +152,15 @@ def _refuse(outcome: Any) -> None:
 
 
 def _report(spec: Any, paths: list[Path], out_dir: Path, *, fits: bool) -> None:
+    from servefit.adapters.manifests_k8s import server_startup_probe
     from servefit.adapters.redact import redact_text
-    from servefit.core.load_time import startup_probe_for
 
     if not fits:
         click.echo("warning: the plan does not fit; manifests written because of --force", err=True)
     click.echo(redact_text(shlex.join(spec.vllm_args)))
     for path in paths:
         click.echo(f"  wrote {path.relative_to(out_dir)}")
-    probe = startup_probe_for(spec.predicted_load_s)
+    probe = server_startup_probe(spec)
     click.echo(
         f"{spec.gpus_per_replica} GPU(s) per replica on {spec.nodes_per_replica} node(s), "
         f"{spec.replicas} replica(s), image {spec.image}; predicted load "
