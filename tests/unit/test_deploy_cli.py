@@ -56,6 +56,21 @@ def test_a_plan_that_does_not_fit_writes_nothing_and_exits_1(tmp_path):
     assert result.returncode == 1, result.stderr
     assert "does not fit" in result.stderr and "--force" in result.stderr
     assert not out.exists()
+    recommended = run(
+        "deploy",
+        "meta-llama/Llama-3.1-70B",
+        "--gpu",
+        "A40",
+        "--use-recommendation",
+        "--emit",
+        str(out),
+    )
+    assert recommended.returncode == 0, recommended.stderr
+    plan = run("plan", "meta-llama/Llama-3.1-70B", "--gpu", "A40", "--json", "--no-performance")
+    expected = shlex.split(json.loads(plan.stdout)["recommendation"]["vllm_command"])
+    script = (out / "vllm-serve.sh").read_text(encoding="utf-8").strip().splitlines()[-1]
+    assert shlex.split(script.removeprefix("exec ")) == expected
+    assert "--tensor-parallel-size" in expected  # the recommendation spreads the weights
 
 
 def test_a_non_empty_directory_exits_2_unless_forced(tmp_path):

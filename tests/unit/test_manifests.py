@@ -361,3 +361,26 @@ def test_image_tag_and_resource_names():
         image_for("latest")
     assert resource_name("meta-llama/Llama-3.1-8B") == "vllm-llama-3-1-8b"
     assert resource_name("Qwen/Qwen3-235B-A22B-FP8") == "vllm-qwen3-235b-a22b-fp8"
+
+
+def test_data_parallel_in_the_flags_counts_its_gpus():
+    """--data-parallel-size in the user's flags: one pod of TP x DP GPUs (vLLM's DP)."""
+    outcome = _plan(
+        "meta-llama/Llama-3.1-8B",
+        "A40",
+        extra=("--data-parallel-size", "2"),
+        tensor_parallel_size=2,
+    )
+    spec = manifest_spec_from_plan(outcome)
+    assert (spec.tp, spec.dp, spec.gpus_per_replica, spec.nodes_per_replica) == (2, 2, 4, 1)
+
+
+def test_a_secret_value_in_any_flag_is_refused(plans, tmp_path, monkeypatch):
+    """A flag whose name is not secret-looking but whose value is this process's HF_TOKEN
+    is still never written."""
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    spec = _spec(plans, "single")
+    leaky = ManifestSpec(**{**_fields(spec), "vllm_args": (*spec.vllm_args, "--x", TOKEN)})
+    with pytest.raises(InvalidArgumentError, match="secret environment variable"):
+        write_manifests(leaky, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

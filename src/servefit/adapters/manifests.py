@@ -247,6 +247,7 @@ def readme(spec: ManifestSpec, paths: list[str]) -> str:
             f'--from-literal={spec.hf_token_secret_key}="${HF_TOKEN_ENV}"',
             f"  compose passes {HF_TOKEN_ENV} from the shell that runs it. No file holds a token.",
         ]
+    lines.append("  Kubernetes: `kubectl apply -f k8s/` (in the namespace of the Secret).")
     if spec.is_multi_node:
         lines.append("  k8s/leaderworkerset.yaml needs the LeaderWorkerSet controller installed.")
     if spec.is_disaggregated:
