@@ -142,7 +142,13 @@ def prefill_time_s(
     return seconds
 
 
+@lru_cache(maxsize=16)
 def make_timer(m: ModelCoeffs, gpu: GpuSpec, profile: EfficiencyProfile):
+    """The step timer of one model layout on one device, shared by every simulation of it
+    (a plan's load and its curve points, a search's bisection): a step shape seen before is
+    not timed again (about half of a plan's steps repeat across its curve)."""
+
+    @lru_cache(maxsize=8192)
     def timer(shape: StepShape) -> StepTime:
         return step_time(m, shape, gpu, profile)
 
@@ -167,6 +173,7 @@ def serving_limits(plan: CapacityPlan) -> ServingLimits:
     )
 
 
+@lru_cache(maxsize=16)
 def blocks_counter(plan: CapacityPlan):
     layout = plan.layout
     mnbt = plan.settings.max_num_batched_tokens

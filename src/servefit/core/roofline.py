@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from functools import lru_cache
 
 from servefit.core.hardware import GpuSpec
 from servefit.core.ops import ModelCoeffs, OpCost, OpKind, StepShape, step_ops
@@ -239,8 +240,20 @@ class OpTime:
         return Bound.COMPUTE if self.compute_s >= self.memory_s else Bound.MEMORY
 
 
-def op_time(op: OpCost, gpu: GpuSpec, profile: EfficiencyProfile) -> OpTime:
-    dtype = kernel_dtype(gpu, op.compute_dtype)
+@lru_cache(maxsize=64)
+def _peaks(gpu: GpuSpec, unpublished_flops_per_byte: float) -> dict[str, tuple[str, float]]:
+    """(kernel dtype, dense peak) for every dtype a row may ask for, once per device."""
+    dtypes = {*_FALLBACK, "unknown"}
+    return {
+        d: (kernel_dtype(gpu, d), peak_flops_per_s(gpu, d, unpublished_flops_per_byte))
+        for d in dtypes
+    }
+
+
+def _op_seconds(
+    op: OpCost, gpu: GpuSpec, profile: EfficiencyProfile, peak: float
+) -> tuple[float, float, float, float]:
+    """(compute, memory, comm, overhead) seconds of one row: the roofline's one formula."""
     compute = 0.0
     if op.flops:
         eff = (
@@ -250,7 +263,6 @@ def op_time(op: OpCost, gpu: GpuSpec, profile: EfficiencyProfile) -> OpTime:
         )
         if op.is_low_bit:  # 4-bit matmuls: dequantizing kernels or FP4 tensor cores
             eff *= profile.low_bit_compute_efficiency
-        peak = peak_flops_per_s(gpu, op.compute_dtype, profile.unpublished_flops_per_byte)
         compute = op.flops / (peak * eff)
     weight_eff = 1.0
     if op.is_low_bit:  # dequantizing kernels stream packed weights less efficiently
@@ -262,12 +274,26 @@ def op_time(op: OpCost, gpu: GpuSpec, profile: EfficiencyProfile) -> OpTime:
         link = link_bandwidth_bytes_per_s(gpu, op.link, profile)
         latency = profile.collective_latency_s * op.num_collectives
         comm = latency + op.comm_bytes / (link * profile.interconnect_efficiency)
+    return compute, memory, comm, op.num_moe_layers * profile.moe_layer_overhead_s
+
+
+def _peak_for(table: dict[str, tuple[str, float]], gpu: GpuSpec, dtype: str, unpublished: float):
+    found = table.get(dtype)
+    if found is None:  # a dtype outside the table: computed as the table would
+        found = (kernel_dtype(gpu, dtype), peak_flops_per_s(gpu, dtype, unpublished))
+    return found
+
+
+def op_time(op: OpCost, gpu: GpuSpec, profile: EfficiencyProfile) -> OpTime:
+    unpublished = profile.unpublished_flops_per_byte
+    dtype, peak = _peak_for(_peaks(gpu, unpublished), gpu, op.compute_dtype, unpublished)
+    compute, memory, comm, overhead = _op_seconds(op, gpu, profile, peak)
     return OpTime(
         op=op,
         compute_s=compute,
         memory_s=memory,
         comm_s=comm,
-        overhead_s=op.num_moe_layers * profile.moe_layer_overhead_s,
+        overhead_s=overhead,
         kernel_dtype=dtype,
     )
 
@@ -300,16 +326,19 @@ def step_time(
     (no micro-batch overlap is assumed, so PP latency is the sum of its stages)."""
     compute = memory = comm = 0.0
     overhead = profile.step_overhead_s + profile.per_seq_overhead_s * shape.num_seqs
+    unpublished = profile.unpublished_flops_per_byte
+    peaks = _peaks(gpu, unpublished)
     for stage in range(m.pp):
         for op in step_ops(m, shape, stage):
-            t = op_time(op, gpu, profile)
-            overhead += t.overhead_s
+            peak = _peak_for(peaks, gpu, op.compute_dtype, unpublished)[1]
+            op_compute, op_memory, op_comm, op_overhead = _op_seconds(op, gpu, profile, peak)
+            overhead += op_overhead
             if op.kind is OpKind.COMM:
-                comm += t.comm_s
-            elif t.compute_s >= t.memory_s:
-                compute += t.compute_s
+                comm += op_comm
+            elif op_compute >= op_memory:
+                compute += op_compute
             else:
-                memory += t.memory_s
+                memory += op_memory
     return StepTime(
         time_s=compute + memory + comm + overhead,
         compute_s=compute,
