@@ -30,7 +30,7 @@ from typing import Any
 from aiohttp import web
 
 from servefit.errors import ServefitError
-from servefit.ui.query import FIELDS, FieldError, parse_query
+from servefit.ui.query import FIELDS, FieldError, check_model_name, parse_query
 from servefit.ui.views import PageState
 
 STATIC_FILES = {
@@ -66,8 +66,14 @@ def _static(name: str) -> bytes:
 
 def _field_of(error: ServefitError) -> str:
     """The field an error is about: its own, or the first flag its message names."""
+    from servefit.errors import ConfigError, ModelNotFoundError, UnknownGpuError
+
     if isinstance(error, FieldError):
         return error.field
+    if isinstance(error, UnknownGpuError):
+        return "gpu"
+    if isinstance(error, ModelNotFoundError | ConfigError):
+        return "model"
     for flag in re.findall(r"--([a-z][a-z0-9-]*)", str(error)):
         if flag in FIELDS:
             return flag
@@ -178,6 +184,11 @@ async def compare(request: web.Request) -> web.Response:
     q_params = dict(request.query)
     models = q_params.pop("compare-models", "")
     gpus = q_params.pop("compare-gpus", "")
+    if not models.strip() or not gpus.strip():
+        raise FieldError("compare-models" if not models.strip() else "compare-gpus", "is empty")
+    for model in models.split(","):  # checked as the list's entries before the query's model
+        if model.strip():
+            check_model_name(model.strip(), "compare-models")
     q_params.setdefault("model", models.split(",")[0].strip() or "-")
     q_params.setdefault("gpu", gpus.split(",")[0].strip() or "-")
     q = parse_query(q_params, page_keys=True)
