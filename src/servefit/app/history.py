@@ -174,8 +174,9 @@ def record_run(
     *,
     created: datetime | None = None,
 ) -> int:
-    """Record one run (inputs and results redacted of secrets) in one transaction; its id.
-    ``created`` defaults to now (a test passes its own clock)."""
+    """Record one run in one transaction; its id. ``inputs`` (flags as given) are redacted
+    of secrets here; ``results`` are the document the command wrote, kept as written (each
+    command redacts its own documents). ``created`` defaults to now (tests pass a clock)."""
     if kind not in KINDS:
         raise InvalidArgumentError(f"run kind {kind!r}: one of {', '.join(KINDS)}")
     run = NewRun(
@@ -186,7 +187,7 @@ def record_run(
         model=deployment_key.model,
         gpu=deployment_key.gpu,
         inputs=redact_data(dict(inputs)),
-        results=redact_data(dict(results)),
+        results=dict(results),
         predicted=predicted or Headline(),
         measured=measured or Headline(),
         run_dir=str(Path(run_dir).absolute()) if run_dir is not None else None,
