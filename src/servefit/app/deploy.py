@@ -62,10 +62,10 @@ def load_time_of(outcome: PlanOutcome) -> LoadTimeEstimate:
     )
 
 
-def _int_flag(argv: tuple[str, ...], flag: str) -> int:
+def _int_flag(argv: tuple[str, ...], flag: str, default: int) -> int:
     value = flag_value(argv, flag)
     if value is None:
-        return 1
+        return default
     try:
         return int(value)
     except ValueError:
@@ -97,7 +97,7 @@ def manifest_spec_from_plan(
         argv, capacity = outcome.recommendation_args, outcome.recommendation.capacity
     tp = capacity.settings.tensor_parallel_size
     pp = capacity.settings.pipeline_parallel_size
-    dp = _int_flag(argv, "--data-parallel-size")
+    dp = _int_flag(argv, "--data-parallel-size", 1)
     gpus = tp * pp * dp
     nodes = -(-gpus // gpus_per_node)
     if nodes > 1 and gpus % gpus_per_node:
@@ -108,6 +108,7 @@ def manifest_spec_from_plan(
     if nodes > 1 and flag_value(argv, "--distributed-executor-backend") is None:
         argv = (*argv, "--distributed-executor-backend", "ray")
     version = outcome.deployment.settings.vllm_version
+    load = load_time_of(outcome)
     checkpoint_bytes = outcome.resolved.loaded.checkpoint_bytes or capacity.weights_total_bytes
     return ManifestSpec(
         model=outcome.resolved.model_id,
@@ -117,13 +118,13 @@ def manifest_spec_from_plan(
         image=image or image_for(version),
         gpu_name=outcome.resolved.gpu.name,
         gpus_per_replica=gpus,
-        predicted_load_s=load_time_of(outcome).total_s,
+        predicted_load_s=load.total_s,
         replicas=replicas,
         nodes_per_replica=nodes,
         tp=tp,
         pp=pp,
         dp=dp,
-        port=_int_flag(argv, "--port") if flag_value(argv, "--port") else DEFAULT_PORT,
+        port=_int_flag(argv, "--port", DEFAULT_PORT),
         hf_token_secret=hf_token_secret,
         checkpoint_bytes=int(checkpoint_bytes),
     )

@@ -157,6 +157,12 @@ def _report(spec: Any, paths: list[Path], out_dir: Path, *, fits: bool) -> None:
 
     if not fits:
         click.echo("warning: the plan does not fit; manifests written because of --force", err=True)
+    if Path(spec.model).expanduser().exists():
+        click.echo(
+            f"warning: the model is a local path ({spec.model}): mount it into the containers "
+            "at that path, or deploy its Hugging Face id",
+            err=True,
+        )
     click.echo(redact_text(shlex.join(spec.vllm_args)))
     for path in paths:
         click.echo(f"  wrote {path.relative_to(out_dir)}")
