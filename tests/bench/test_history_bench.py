@@ -8,6 +8,8 @@ import json
 import os
 import subprocess
 
+import pytest
+
 from servefit.app.history import list_runs
 
 from .test_bench_null_server import SERVEFIT
@@ -70,3 +72,25 @@ def test_a_failed_run_is_recorded_and_keeps_exit_1(instant_server, tmp_path, his
     s = run.results["summary"]
     assert (s["successful"], s["errored"]) == (0, 4)  # the dataset's 4 lines, all failed
     assert run.measured.output_tok_per_s == 0
+
+
+def test_a_report_of_a_bench_run_is_recorded_with_its_measurements(null_server, tmp_path):
+    db, out = tmp_path / "h.sqlite", tmp_path / "run"
+    assert bench(null_server.url, "--output-len", "8", "--output", str(out)).returncode == 0
+    s = json.loads((out / "summary.json").read_text())["summary"]
+    report = ["report", "Qwen/Qwen3-8B", "--gpu", "H100", "--format", "json", "--offline"]
+    done = subprocess.run(
+        [*SERVEFIT, *report, "--bench", str(out), "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    [run] = list_runs(db, kind="report")
+    assert run.results == doc and run.run_dir == str(out.absolute())
+    assert run.predicted.kv_cache_tokens == doc["plan"]["memory"]["kv_cache_tokens"]
+    # the report's percentiles, from its per-request TTFTs, are the bench summary's
+    m = run.measured
+    assert (m.ttft_p50_s, m.ttft_p90_s) == pytest.approx((s["ttft_s"]["p50"], s["ttft_s"]["p90"]))
+    assert m.output_tok_per_s == s["output_throughput_tok_per_s"]
