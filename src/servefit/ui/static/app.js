@@ -199,11 +199,12 @@ function renderPlan(view) {
     setValue("decode-rate", `${fmtNum(perf.decode_tok_per_s, 1)} tok/s`, perf.decode_tok_per_s);
     setValue("throughput", `${fmtNum(perf.output_throughput_tok_per_s, 0)} tok/s`,
       perf.output_throughput_tok_per_s);
-    setValue("bound", `${perf.bound} (prefill ${perf.prefill_bound}, decode ${perf.decode_bound})`,
-      perf.bound);
+    setValue("bound", perf.bound, perf.bound);
+    $("bound-detail").textContent = `prefill ${perf.prefill_bound}; decode ${perf.decode_bound}`;
   } else {
     for (const id of ["ttft", "decode-rate", "throughput"]) setValue(id, "-");
-    setValue("bound", plan.performance_note || "-");
+    setValue("bound", "-");
+    $("bound-detail").textContent = plan.performance_note || "";
   }
   const economics = (view.rows.find(([section]) => section === "Economics") || [null, []])[1];
   const perTask = economics.find(([k]) => k === "per successful task");
