@@ -10,12 +10,14 @@ from servefit.core.plan import CapacityPlan
 from servefit.core.weights import weight_bytes
 
 if TYPE_CHECKING:  # the performance sections load only when a plan has one (cold start)
-    from servefit.adapters.perf_document import PerformanceSection, ScalingSection
+    from servefit.adapters.perf_document import ScalingSection
+    from servefit.adapters.perf_sections import PerformanceSection
     from servefit.app.plan import PlanOutcome
 
 
 def _import_performance_types() -> None:
-    from servefit.adapters.perf_document import PerformanceSection, ScalingSection
+    from servefit.adapters.perf_document import ScalingSection
+    from servefit.adapters.perf_sections import PerformanceSection
 
     globals().update(PerformanceSection=PerformanceSection, ScalingSection=ScalingSection)
 
@@ -163,7 +165,7 @@ def outcome_document(
     v, rec = outcome.verdict, outcome.recommendation
     perf = outcome.performance
     if perf is not None:
-        from servefit.adapters.perf_document import performance_section
+        from servefit.adapters.perf_sections import performance_section
     doc = plan_document(
         outcome.capacity,
         model_id=outcome.resolved.model_id,

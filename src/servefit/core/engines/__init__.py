@@ -24,10 +24,9 @@ their name, with their own launch command, and the plan says so in its assumptio
 
 from __future__ import annotations
 
-from typing import Protocol
+from importlib import import_module
+from typing import TYPE_CHECKING, Any, Protocol
 
-from servefit.core.engines.llama_cpp import LlamaCppEngine
-from servefit.core.engines.mlx import MlxEngine
 from servefit.core.engines.unified_memory import is_gguf_checkpoint, is_mlx_checkpoint
 from servefit.core.engines.vllm import VllmAccountedEngine, VllmEngine
 from servefit.core.engines.vllm_cpu import VllmCpuEngine, is_cpu
@@ -35,6 +34,10 @@ from servefit.core.hardware import GpuSpec
 from servefit.core.model_spec import ModelSpec
 from servefit.core.plan import CapacityPlan, ServeSettings
 from servefit.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from servefit.core.engines.llama_cpp import LlamaCppEngine
+    from servefit.core.engines.mlx import MlxEngine
 
 __all__ = [
     "LlamaCppEngine",
@@ -78,10 +81,12 @@ class ServingEngine(Protocol):
         ...
 
 
-_ENGINES: dict[str, ServingEngine] = {
+# name -> the engine, or where its class lives (imported on first use: a plan on a GPU
+# does not load the Apple and GGUF engines)
+_ENGINES: dict[str, ServingEngine | tuple[str, str]] = {
     "vllm": VllmEngine(),
-    "mlx": MlxEngine(),
-    "llama.cpp": LlamaCppEngine(),
+    "mlx": ("servefit.core.engines.mlx", "MlxEngine"),
+    "llama.cpp": ("servefit.core.engines.llama_cpp", "LlamaCppEngine"),
     "sglang": VllmAccountedEngine(name="sglang", label="SGLang"),
     "trtllm": VllmAccountedEngine(name="trtllm", label="TensorRT-LLM"),
     "vllm-cpu": VllmCpuEngine(),
@@ -108,7 +113,18 @@ def get_engine(name: str) -> ServingEngine:
         raise InvalidArgumentError(
             f"unknown engine {name!r}; servefit plans capacity for: {', '.join(_ENGINES)}"
         )
+    if isinstance(found, tuple):
+        module, cls = found
+        found = _ENGINES[key] = getattr(import_module(module), cls)()
     return found
+
+
+def __getattr__(name: str) -> Any:
+    """``LlamaCppEngine`` and ``MlxEngine`` stay importable from here, loaded on use."""
+    lazy = {"LlamaCppEngine": "llama_cpp", "MlxEngine": "mlx"}
+    if name in lazy:
+        return getattr(import_module(f"servefit.core.engines.{lazy[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def default_engine_name(gpu: GpuSpec, spec: ModelSpec) -> str:
