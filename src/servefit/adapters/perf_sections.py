@@ -21,6 +21,8 @@ if TYPE_CHECKING:  # the converters only read attributes: plan --json stays quic
 
 
 class StatSection(FrozenDoc):
+    """A metric's mean and percentiles."""
+
     mean: float
     p50: float
     p90: float
@@ -28,6 +30,8 @@ class StatSection(FrozenDoc):
 
 
 class TurnLoadSection(FrozenDoc):
+    """One turn's latencies under load."""
+
     turn: int
     num_requests: int
     mean_input_len: float
@@ -37,6 +41,8 @@ class TurnLoadSection(FrozenDoc):
 
 
 class LoadSection(FrozenDoc):
+    """The workload under load: latencies, throughput, goodput."""
+
     concurrency: int | None
     request_rate_per_s: float | None
     num_requests: int
@@ -69,6 +75,8 @@ class LoadSection(FrozenDoc):
 
 
 class AgentTurnSection(FrozenDoc):
+    """One turn of an agent session alone."""
+
     turn: int
     prompt_tokens: int
     cached_tokens: int
@@ -78,6 +86,8 @@ class AgentTurnSection(FrozenDoc):
 
 
 class AgentSection(FrozenDoc):
+    """An agent session alone, turn by turn."""
+
     turns: list[AgentTurnSection]
     total_ttft_cold_s: float
     total_ttft_cached_s: float
@@ -88,6 +98,8 @@ class AgentSection(FrozenDoc):
 
 
 class PerformanceSection(FrozenDoc):
+    """The performance section of the plan document."""
+
     engine: str
     efficiency_profile: str
     workload: str

@@ -28,6 +28,8 @@ SCHEMA_VERSION = 1
 
 
 class ModelSection(FrozenDoc):
+    """The model as planned: architecture, dtype, format, parameter counts."""
+
     id: str
     source: str
     architecture: str
@@ -52,6 +54,8 @@ class ModelSection(FrozenDoc):
 
 
 class GpuSection(FrozenDoc):
+    """The device planned on, with its catalog source."""
+
     name: str
     count: int
     memory_bytes: int
@@ -62,6 +66,8 @@ class GpuSection(FrozenDoc):
 
 
 class SettingsSection(FrozenDoc):
+    """The vLLM settings in force (the user's and the engine's defaults)."""
+
     tensor_parallel_size: int
     pipeline_parallel_size: int
     max_model_len: int
@@ -78,6 +84,8 @@ class SettingsSection(FrozenDoc):
 
 
 class MemorySection(FrozenDoc):
+    """Where the memory goes, and the KV cache it leaves."""
+
     total_bytes_per_gpu: int
     requested_bytes_per_gpu: int
     weights_bytes_per_gpu: int
@@ -106,6 +114,8 @@ class MemorySection(FrozenDoc):
 
 
 class VerdictSection(FrozenDoc):
+    """The one verdict, with its checks and the workload it judged."""
+
     fits: bool
     headline: str
     starts: bool
@@ -119,6 +129,8 @@ class VerdictSection(FrozenDoc):
 
 
 class ChangeSection(FrozenDoc):
+    """One flag the recommendation changes, and what it gives up."""
+
     flag: str
     before: str
     after: str
@@ -126,6 +138,8 @@ class ChangeSection(FrozenDoc):
 
 
 class RecommendationSection(FrozenDoc):
+    """The one recommendation: its command, its changes and its capacity."""
+
     vllm_command: str
     changes: list[ChangeSection]
     num_gpus: int
@@ -137,6 +151,8 @@ class RecommendationSection(FrozenDoc):
 
 
 class PlanDocument(FrozenDoc):
+    """``servefit plan --json``: the versioned document scripts consume."""
+
     schema_version: int
     servefit_version: str
     model: ModelSection

@@ -21,6 +21,8 @@ if TYPE_CHECKING:  # imported only when a plan predicts speed / does not fit (co
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlanOutcome:
+    """A planned deployment: capacity, verdict, launch command, performance and recommendation."""
+
     deployment: Deployment
     resolved: Resolved
     capacity: CapacityPlan

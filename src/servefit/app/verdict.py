@@ -34,6 +34,9 @@ def is_startup_problem(problem: str) -> bool:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Verdict:
+    """The one verdict: does the engine start, does the workload run, does the target
+    hold, and why."""
+
     starts: bool
     workload_runs: bool | None  # None: no workload described, nothing judged
     meets_target: bool | None  # None: no --context target asked for

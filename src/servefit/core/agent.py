@@ -37,6 +37,8 @@ DecodeTime = Callable[[int, int], float]  # (output tokens, context at start) ->
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnEstimate:
+    """One turn of an agent session alone: prompt, cached history, prefill and decode time."""
+
     turn: int  # 1-based
     prompt_tokens: int
     cached_tokens: int  # reusable from the cache with prefix caching
@@ -47,6 +49,8 @@ class TurnEstimate:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AgentSession:
+    """An agent session alone on the server, turn by turn."""
+
     turns: tuple[TurnEstimate, ...]
     prefix_reuse_block_tokens: int  # the granularity of reuse (0: caching does not apply)
     notes: tuple[str, ...]

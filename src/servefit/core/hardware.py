@@ -133,6 +133,8 @@ def normalise_gpu_name(name: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class GpuCatalog:
+    """The GPU catalog: every device, and an index by normalised name and alias."""
+
     gpus: tuple[GpuSpec, ...]
     _index: Mapping[str, GpuSpec]
 

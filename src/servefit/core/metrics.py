@@ -165,6 +165,8 @@ class Latencies(Protocol):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestLatencies:
+    """One request's timestamps as latencies: TTFT, inter-token gaps and end to end."""
+
     ttft_s: float | None
     tpot_s: float | None
     e2e_s: float | None

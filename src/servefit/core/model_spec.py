@@ -185,6 +185,8 @@ Mixer = AttentionSpec | MlaSpec | LinearAttentionSpec | MambaSpec
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DenseMlpSpec:
+    """A dense (gated) MLP: its intermediate width."""
+
     intermediate_size: int
     is_gated: bool = True  # gate_proj * up_proj (SwiGLU/GeGLU) vs up_proj only (relu2, gelu)
     has_bias: bool = False
@@ -195,6 +197,8 @@ class DenseMlpSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MoeSpec:
+    """A mixture-of-experts MLP: routed experts, experts per token, shared experts and widths."""
+
     num_experts: int
     num_experts_per_token: int
     expert_intermediate_size: int
@@ -224,6 +228,8 @@ Mlp = DenseMlpSpec | MoeSpec
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LayerSpec:
+    """One decoder layer: its token mixer (attention kind or state) and its MLP."""
+
     mixer: Mixer | None
     mlp: Mlp | None
     num_norms: int = 2  # RMSNorm weights of width hidden_size (Gemma 2/3 have 4)
@@ -239,6 +245,8 @@ class VisionSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpec:
+    """A model as vLLM loads it: layers by kind, widths, vocabulary, dtype and weight formats."""
+
     name: str
     architecture: str
     model_type: str

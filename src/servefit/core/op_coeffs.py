@@ -48,6 +48,8 @@ MAMBA_FLOPS_PER_STATE_ELEMENT = 6
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AttentionCoeffs:
+    """Per-layer attention shape for the cost rows: heads, head widths, window, KV bytes."""
+
     kind: str  # "full", "window", "mla"
     window: int | None
     kv_bytes_per_token: float  # K+V (or the MLA latent) of one token in this layer, per GPU
@@ -58,12 +60,16 @@ class AttentionCoeffs:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StateCoeffs:
+    """Per-layer recurrent-state shape (Mamba, linear attention) for the cost rows."""
+
     state_bytes_per_seq: float  # conv + SSM state of one sequence in this layer, per GPU
     flops_per_token: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RoutedCoeffs:
+    """Per-layer routed-expert shape for the cost rows: experts, top-k, expert bytes."""
+
     num_experts: int  # E of the model
     num_local_experts: int  # experts this GPU holds (E / EP)
     top_k: int
@@ -100,6 +106,8 @@ class StageCoeffs:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelCoeffs:
+    """Everything the cost rows need of a model on one GPU of a TP x PP x EP layout."""
+
     hidden_size: int
     activation_bytes: float
     tp: int

@@ -65,6 +65,8 @@ class PhaseEstimate:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PerformancePlan:
+    """The predicted performance of a workload on a plan: the four numbers, bounds, the curve."""
+
     workload: Workload
     engine: str
     profile: EfficiencyProfile

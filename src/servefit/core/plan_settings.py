@@ -140,6 +140,9 @@ class ResolvedSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CapacityPlan:
+    """What vLLM's startup accounting gives for one model, device and settings: memory,
+    KV pages, concurrency, the verdict."""
+
     model: ModelSpec
     params: ParamCounts
     gpu: GpuSpec

@@ -127,6 +127,8 @@ def default_engine(gpu: GpuSpec) -> str:
 
 @dataclass(frozen=True, slots=True)
 class EfficiencyTable:
+    """The efficiency profiles of every hardware class and engine."""
+
     profiles: tuple[EfficiencyProfile, ...]
 
     def for_gpu(self, gpu: GpuSpec, engine: str | None = None) -> EfficiencyProfile:
@@ -222,6 +224,8 @@ def link_bandwidth_bytes_per_s(gpu: GpuSpec, link: str, profile: EfficiencyProfi
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OpTime:
+    """One cost row's time on a device: compute, memory, interconnect and fixed overhead."""
+
     op: OpCost
     compute_s: float
     memory_s: float

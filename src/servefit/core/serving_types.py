@@ -20,6 +20,8 @@ BlocksFor = Callable[[int], int]  # KV blocks one request holds at a given lengt
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServingLimits:
+    """The scheduler's limits: max seqs, batched tokens, KV blocks, block size, prefix caching."""
+
     max_num_seqs: int
     max_num_batched_tokens: int
     num_kv_blocks: int
@@ -45,6 +47,8 @@ class ServingLimits:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestTiming:
+    """One simulated request's timestamps."""
+
     sent_s: float
     first_token_s: float
     finish_s: float

@@ -62,6 +62,8 @@ class LengthDist:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Workload:
+    """The traffic a deployment is asked to serve: lengths, concurrency or rate, prefix, turns."""
+
     input_len: LengthDist  # tokens of each prompt, the shared prefix included
     output_len: LengthDist
     concurrency: int | None = 1
@@ -153,6 +155,8 @@ class Workload:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestSpec:
+    """One sampled request: when it is sent and its input and output lengths."""
+
     arrival_s: float | None  # None: closed loop (sent when a user is free)
     input_len: int
     output_len: int

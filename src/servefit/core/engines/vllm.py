@@ -18,6 +18,9 @@ from servefit.core.vllm_command import vllm_serve_args
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VllmEngine:
+    """vLLM on CUDA/ROCm GPUs: its startup accounting (``servefit.core.plan``) and its
+    launch command."""
+
     name: str = "vllm"
 
     def refusal(self, spec: ModelSpec, gpu: GpuSpec) -> str | None:

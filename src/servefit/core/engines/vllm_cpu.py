@@ -145,6 +145,8 @@ def auto_kv_cache_bytes(spec: ModelSpec, gpu: GpuSpec, settings: ServeSettings) 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VllmCpuEngine:
+    """vLLM's CPU backend: host memory, the given KV cache space, block 128."""
+
     name: str = "vllm-cpu"
 
     def refusal(self, spec: ModelSpec, gpu: GpuSpec) -> str | None:
