@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from tests.ui.conftest import free_port
 from tests.unit.test_cli import OFFLINE
 
 from servefit.ui.server import is_loopback, make_app
@@ -28,12 +29,14 @@ HOSTILE = json.loads((HERE / "hostile_config.json").read_text())["_name_or_path"
 
 
 def call(
-    requests: list[tuple[str, str, dict[str, Any]]], runs: tuple[Path, ...] = ()
+    requests: list[tuple[str, str, dict[str, Any]]],
+    runs: tuple[Path, ...] = (),
+    history_db: Path | None = None,
 ) -> list[tuple[int, dict[str, str], bytes]]:
     """Send ``requests`` (method, path, aiohttp keyword arguments) to one app, in order."""
 
     async def go() -> list[tuple[int, dict[str, str], bytes]]:
-        async with TestClient(TestServer(make_app(runs))) as client:
+        async with TestClient(TestServer(make_app(runs, history_db))) as client:
             out = []
             for method, path, kwargs in requests:
                 response = await client.request(method, path, **kwargs)
@@ -196,15 +199,9 @@ def test_loopback_hosts():
     assert not any(is_loopback(h) for h in ("0.0.0.0", "192.168.1.4", "::", "example.org"))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _serve_until_ready(args: list[str]) -> str:
     """Start ``servefit ui ARGS``, wait until it listens, stop it; its stderr."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [*CLI, "ui", "--port", str(port), *args],
         env=OFFLINE,
@@ -229,52 +226,6 @@ def test_a_non_loopback_host_prints_a_warning():
     err = _serve_until_ready(["--host", "0.0.0.0"])
     assert "warning: --host 0.0.0.0 is not loopback" in err, err
     assert "warning" not in _serve_until_ready([])
-
-
-@pytest.fixture(scope="module")
-def bench_run(tmp_path_factory) -> Path:
-    """A real `servefit bench --output DIR` run against a real `servefit null-server`."""
-    port = _free_port()
-    server = subprocess.Popen(
-        [*CLI, "null-server", "--port", str(port), "--ttft-ms", "5", "--itl-ms", "1"],
-        env=OFFLINE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.1)
-        out = tmp_path_factory.mktemp("bench") / "run-a"
-        done = subprocess.run(
-            [
-                *CLI,
-                "bench",
-                f"http://127.0.0.1:{port}",
-                "--input-len",
-                "128",
-                "--output-len",
-                "16",
-                "--concurrency",
-                "2",
-                "--num-requests",
-                "4",
-                "--output",
-                str(out),
-            ],
-            capture_output=True,
-            text=True,
-            env=OFFLINE,
-            timeout=120,
-        )
-        assert done.returncode == 0, done.stderr
-        return out
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 def test_a_registered_run_is_reported_as_servefit_report_reports_it(bench_run):

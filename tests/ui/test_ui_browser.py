@@ -215,5 +215,9 @@ def test_a_hostile_model_name_is_text_on_the_page(server, tmp_path):
         assert page.text_content("#upload-name") == hostile
         assert hostile in page.inner_text("#checklist")
         assert page.evaluate("document.querySelectorAll('#checklist img, main img').length") == 0
+        # the runs view (this session's run history) opens without an error either
+        page.click("#tab-runs")
+        page.wait_for_selector("#history-table tbody tr", timeout=60_000)
+        assert "view=runs" in page.get_attribute("#permalink", "href")
         browser.close()
     assert problems == []

@@ -20,9 +20,22 @@ from servefit.errors import InvalidArgumentError
     multiple=True,
     type=click.Path(file_okay=False),
     help="A `servefit bench --output` or `servefit up` run folder the page may open "
-    "(repeatable); the page opens no other folder.",
+    "(repeatable); besides these it opens only the run folders the run history recorded.",
 )
-def ui(host: str, port: int, open_browser: bool, runs: tuple[str, ...]) -> None:
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False),
+    help="The run history to list [SERVEFIT_DB, else the user's data directory].",
+)
+@click.option("--no-history", is_flag=True, help="List no run history.")
+def ui(
+    host: str,
+    port: int,
+    open_browser: bool,
+    runs: tuple[str, ...],
+    db: str | None,
+    no_history: bool,
+) -> None:
     """Serve the page: pick a model, GPU, vLLM flags and workload, and watch the verdict,
     memory, speed and cost move; compare deployments; open a run's report. Every state is a
     URL; the page loads nothing from the network."""
@@ -52,6 +65,11 @@ def ui(host: str, port: int, open_browser: bool, runs: tuple[str, ...]) -> None:
 
             webbrowser.open(url)
 
-    app = make_app(folders)
+    history_db = None
+    if not no_history:
+        from servefit.app.history import resolve_db_path
+
+        history_db = resolve_db_path(db)
+    app = make_app(folders, history_db)
     app.on_startup.append(on_startup)
     web.run_app(app, host=host, port=port, print=None, handle_signals=True)

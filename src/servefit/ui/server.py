@@ -12,6 +12,8 @@ route                     answer
 ``GET /api/plan.json``    the export: ``servefit plan --json`` for the same flags
 ``GET /api/report.html``  the export: ``servefit report --format html`` (``run=ID``: with it)
 ``GET /api/compare``      ``servefit compare --json`` (``compare-models``, ``compare-gpus``)
+``GET /api/history``      the run history's runs (``servefit history``), newest first
+``GET /api/history/...``  ``series?key=K``: one deployment's predicted vs measured over time
 ``POST /api/upload``      a config.json's content, parsed in memory -> ``upload:<id>``
 ========================  ====================================================================
 
@@ -208,12 +210,28 @@ async def upload(request: web.Request) -> web.Response:
     return web.json_response({"model": model_id, "name": loaded.spec.name})
 
 
-def make_app(runs: Sequence[Path] = ()) -> web.Application:
-    """The page's application; ``runs`` are the folders registered on the command line."""
+async def history(request: web.Request) -> web.Response:
+    from servefit.ui.history import history_runs
+
+    db = request.app[STATE_KEY].history_db
+    return web.json_response({"runs": await _in_thread(history_runs, db)})
+
+
+async def history_series(request: web.Request) -> web.Response:
+    from servefit.ui.history import series_view
+
+    db = request.app[STATE_KEY].history_db
+    key = request.query.get("key", "")
+    return web.json_response(await _in_thread(series_view, db, key))
+
+
+def make_app(runs: Sequence[Path] = (), history_db: Path | None = None) -> web.Application:
+    """The page's application; ``runs`` are the folders registered on the command line,
+    ``history_db`` the run history whose runs it lists (and whose run folders it opens)."""
     from servefit.ui.views import MAX_UPLOAD_BYTES
 
     app = web.Application(middlewares=[_errors], client_max_size=MAX_UPLOAD_BYTES + 1024)
-    state = PageState()
+    state = PageState(history_db=history_db)
     for path in runs:
         state.register_run(path)
     app[STATE_KEY] = state
@@ -225,5 +243,7 @@ def make_app(runs: Sequence[Path] = ()) -> web.Application:
     app.router.add_get("/api/plan.json", plan_export)
     app.router.add_get("/api/report.html", report_export)
     app.router.add_get("/api/compare", compare)
+    app.router.add_get("/api/history", history)
+    app.router.add_get("/api/history/series", history_series)
     app.router.add_post("/api/upload", upload)
     return app

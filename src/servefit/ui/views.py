@@ -61,6 +61,7 @@ class PageState:
     models already loaded, and the registered run folders."""
 
     runs: dict[str, Run] = field(default_factory=dict)
+    history_db: Path | None = None  # the run history the CLI records into (None: not read)
     uploads: dict[str, LoadedModel] = field(default_factory=dict)
     models: OrderedDict[tuple[str, bool], LoadedModel] = field(default_factory=OrderedDict)
 
@@ -109,6 +110,10 @@ class PageState:
         return resolve(d, loaded=self.load(q.model, allow_hub=d.allow_hub))
 
     def run(self, run_id: str) -> Run:
+        from servefit.ui.history import HISTORY_PREFIX, history_run_folder
+
+        if run_id.startswith(HISTORY_PREFIX):
+            return Run(run_id=run_id, path=history_run_folder(self.history_db, run_id))
         run = self.runs.get(run_id)
         if run is None:
             raise FieldError("run", f"no registered run {run_id!r} (servefit ui --run DIR)")

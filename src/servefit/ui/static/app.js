@@ -125,7 +125,11 @@ async function replan() {
   const params = readForm();
   const query = params.toString();
   syncUrl();
-  if (query === page.planned) { page.inputAt = 0; return; } // a blur's change: nothing new
+  if (query === page.planned) { // a blur's change, a run of this deployment: nothing to plan
+    page.inputAt = 0;
+    if (page.view === "runs" && page.run) openRun(page.run);
+    return;
+  }
   const seq = ++page.seq;
   const inputAt = page.inputAt || performance.now();
   page.inputAt = 0;
@@ -290,12 +294,12 @@ function renderRuns(runs) {
     button.type = "button";
     button.addEventListener("click", () => {
       if (run.model && run.gpu) {
-        $("model").value = run.model;
-        selectGpu(run.gpu);
-        if (run["max-model-len"]) $("max-model-len").value = String(run["max-model-len"]);
+        openFields({ model: run.model, gpu: run.gpu, "max-model-len": run["max-model-len"] || "" },
+          run.id);
+      } else {
+        page.run = run.id;
+        openRun(run.id);
       }
-      page.run = run.id;
-      replan();
     });
     li.append(button);
     if (run.model) li.append(el("span", ` ${run.model} on ${run.gpu}`, "muted"));
@@ -304,17 +308,72 @@ function renderRuns(runs) {
   if (!runs.length) $("runs").append(el("li", "No run registered.", "muted"));
 }
 
+function tokS(v) { return v === null || v === undefined ? "-" : `${fmtNum(v, 0)} tok/s`; }
+function secs(v) { return v === null || v === undefined ? "-" : fmtS(v); }
+
+function openFields(fields, runId) {
+  writeForm(new URLSearchParams(fields));
+  page.run = runId;
+  replan();
+}
+
+async function loadHistory() {
+  let runs = [];
+  try {
+    runs = (await api("/api/history", new URLSearchParams())).runs;
+  } catch (error) {
+    showError(error);
+  }
+  $("history-table").tBodies[0].replaceChildren(...runs.map((run) => {
+    const tr = el("tr");
+    const f = run.fields;
+    tr.append(el("td", run.created_utc.slice(0, 19).replace("T", " ")), el("td", run.kind),
+      el("td", f.model), el("td", f.gpu || "-"), el("td", tokS(run.predicted.output_tok_per_s)),
+      el("td", tokS(run.measured.output_tok_per_s)));
+    const actions = el("td");
+    if (run.can_open) {
+      const open = el("button", `Open ${run.id}`);
+      open.type = "button";
+      open.addEventListener("click", () => openFields(f, run.id));
+      actions.append(open, " ");
+    }
+    const over = el("button", `Over time ${run.id}`);
+    over.type = "button";
+    over.addEventListener("click", () => showSeries(run.deployment_key));
+    actions.append(over);
+    tr.append(actions);
+    return tr;
+  }));
+  if (!runs.length) {
+    const tr = el("tr");
+    tr.append(el("td", "No run recorded yet (plan --save, bench, up, report record runs).", "muted"));
+    $("history-table").tBodies[0].replaceChildren(tr);
+  }
+}
+
+async function showSeries(key) {
+  try {
+    const view = await api("/api/history/series", new URLSearchParams({ key }));
+    $("series").hidden = false;
+    $("series-title").textContent = `Over time: ${key}`;
+    svgInto($("chart-history-box"), view.chart);
+    $("series-table").tBodies[0].replaceChildren(...view.runs.map((run) => {
+      const tr = el("tr");
+      tr.append(...[run.created_utc.slice(0, 19).replace("T", " "), run.kind,
+        tokS(run.predicted.output_tok_per_s), tokS(run.measured.output_tok_per_s),
+        secs(run.predicted.ttft_mean_s), secs(run.measured.ttft_mean_s)].map((c) => el("td", c)));
+      return tr;
+    }));
+  } catch (error) {
+    showError(error);
+  }
+}
+
 function openRun(runId) {
   const params = readForm();
   params.set("run", runId);
   $("run-report").src = `/api/report.html?${params.toString()}`;
   syncUrl();
-}
-
-function selectGpu(name) {
-  const gpu = $("gpu");
-  if (![...gpu.options].some((o) => o.value === name)) gpu.append(new Option(name, name));
-  gpu.value = name;
 }
 
 function showView(view) {
@@ -327,7 +386,10 @@ function showView(view) {
     if (!$("compare-models").value) $("compare-models").value = $("model").value;
     if (!$("compare-gpus").value) $("compare-gpus").value = $("gpu").value || "A40";
   }
-  if (view === "runs" && page.run) openRun(page.run);
+  if (view === "runs") {
+    loadHistory();
+    if (page.run) openRun(page.run);
+  }
   syncUrl();
 }
 
