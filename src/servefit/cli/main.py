@@ -29,6 +29,7 @@ COMMANDS = {
     "preflight": "servefit.cli.preflight:preflight",
     "up": "servefit.cli.up:up",
     "deploy": "servefit.cli.deploy:deploy",
+    "recommend": "servefit.cli.recommend:recommend",
     "check-log": "servefit.cli.check_log:check_log",
     "calibrate": "servefit.cli.calibrate:calibrate",
     "gpus": "servefit.cli.catalog:gpus",
