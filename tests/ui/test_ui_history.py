@@ -99,5 +99,5 @@ def test_without_a_history_the_page_lists_none():
     (status, _, body), (s_status, _, series) = call(
         [("GET", "/api/history", {}), ("GET", "/api/history/series", {"params": {"key": "a"}})]
     )
-    assert status == 200 and json.loads(body) == {"runs": []}
+    assert status == 200 and json.loads(body) == {"runs": [], "enabled": False}
     assert s_status == 400 and json.loads(series)["field"] == "key"

@@ -214,7 +214,8 @@ async def history(request: web.Request) -> web.Response:
     from servefit.ui.history import history_runs
 
     db = request.app[STATE_KEY].history_db
-    return web.json_response({"runs": await _in_thread(history_runs, db)})
+    runs = await _in_thread(history_runs, db)
+    return web.json_response({"runs": runs, "enabled": db is not None})
 
 
 async def history_series(request: web.Request) -> web.Response:

@@ -319,8 +319,9 @@ function openFields(fields, runId) {
 
 async function loadHistory() {
   let runs = [];
+  let enabled = true;
   try {
-    runs = (await api("/api/history", new URLSearchParams())).runs;
+    ({ runs, enabled } = await api("/api/history", new URLSearchParams()));
   } catch (error) {
     showError(error);
   }
@@ -346,7 +347,8 @@ async function loadHistory() {
   }));
   if (!runs.length) {
     const tr = el("tr");
-    tr.append(el("td", "No run recorded yet (plan --save, bench, up, report record runs).", "muted"));
+    tr.append(el("td", enabled ? "No run recorded yet (plan --save, bench, up and report record runs)."
+      : "The page was started with --no-history.", "muted"));
     $("history-table").tBodies[0].replaceChildren(tr);
   }
 }
