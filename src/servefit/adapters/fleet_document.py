@@ -95,6 +95,7 @@ def recommendation_document(outcome: FleetOutcome) -> dict[str, Any]:
             "headroom": r.headroom,
             "gpus_per_node": r.gpus_per_node,
             "disaggregated": r.disaggregated,
+            "fp8": r.allow_fp8,
             "vllm_version": r.vllm_version,
         },
         "search_space": {

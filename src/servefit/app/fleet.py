@@ -201,7 +201,11 @@ class _Search:
             profile = efficiency_table().for_gpu(gpu, "vllm")
             survivors: list[Screened] = []
             for option in options_for(
-                spec, gpu, max_gpus_per_replica=largest, gpus_per_node=request.gpus_per_node
+                spec,
+                gpu,
+                max_gpus_per_replica=largest,
+                gpus_per_node=request.gpus_per_node,
+                allow_fp8=request.allow_fp8,
             ):
                 self.count(options=1)
                 got = screen(

@@ -103,13 +103,18 @@ def has_fp8(gpu: GpuSpec) -> bool:
 
 
 def options_for(
-    spec: ModelSpec, gpu: GpuSpec, *, max_gpus_per_replica: int, gpus_per_node: int
+    spec: ModelSpec,
+    gpu: GpuSpec,
+    *,
+    max_gpus_per_replica: int,
+    gpus_per_node: int,
+    allow_fp8: bool = True,
 ) -> Iterator[Option]:
     """TP in powers of two within a node, PP across nodes when TP fills one (x EP for a
-    MoE), x weight format x KV dtype."""
+    MoE), x weight format x KV dtype (``allow_fp8=False``: the checkpoint's and auto only)."""
     quants: list[str | None] = [None]
     kvs = ["auto"]
-    if has_fp8(gpu):
+    if allow_fp8 and has_fp8(gpu):
         if not spec.quant.is_quantized and spec.dtype in ("bfloat16", "float16", "float32"):
             quants.append("fp8")
         kvs.append("fp8")

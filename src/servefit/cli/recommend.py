@@ -48,6 +48,12 @@ from servefit.errors import InvalidArgumentError, ServefitError
     help="Also size prefill/decode pools (xPyD) with a KV-transfer connector.",
 )
 @click.option(
+    "--fp8/--no-fp8",
+    default=True,
+    show_default=True,
+    help="Also try online fp8 weights and an fp8 KV cache on GPUs with FP8 tensor cores.",
+)
+@click.option(
     "--top",
     type=int,
     default=8,
@@ -147,6 +153,7 @@ def fleet_request(models: tuple[str, ...], flags: dict[str, Any]) -> Any:
         headroom=flags["headroom"],
         gpus_per_node=flags["gpus_per_node"],
         disaggregated=flags["disaggregated"],
+        allow_fp8=flags["fp8"],
         top=flags["top"],
         allow_hub=not flags["offline"],
         vllm_version=modelled_vllm_version(flags["vllm_version"]),
