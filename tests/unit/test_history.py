@@ -270,3 +270,15 @@ def test_up_is_recorded_from_its_run_folder(tmp_path, catalog_model):
     )
     assert "sk-abcdefghijklmnopqrstuvwx" not in json.dumps(run.inputs)
     assert run.results["plan"] == json.loads(doc.model_dump_json())
+
+
+def test_another_programs_sqlite_database_is_not_written(tmp_path):
+    db = tmp_path / "other.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE notes (body TEXT)")
+        conn.execute("INSERT INTO notes VALUES ('mine')")
+    conn.close()
+    before = digest(db)
+    with pytest.raises(HistoryError, match="not a servefit run history"):
+        record_run(db, "plan", KEY, {}, {})
+    assert digest(db) == before

@@ -163,20 +163,37 @@ def _quick_check(conn: sqlite3.Connection, path: Path) -> None:
         raise _damaged(path, f"is damaged or truncated (SQLite: {'; '.join(problems)})")
 
 
-def _migrate(conn: sqlite3.Connection, path: Path) -> None:
-    """Bring the file to SCHEMA_VERSION in one transaction; refuse a newer one."""
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
+def _refuse_foreign(conn: sqlite3.Connection, path: Path) -> int:
+    """The file's schema version; a file from a newer servefit, or another program's
+    database, refused before anything is written to it."""
+    # one statement, one snapshot: read apart, another process's first commit could land
+    # between the two (version 0, then its tables)
+    version, tables = conn.execute(
+        "SELECT user_version, (SELECT count(*) FROM sqlite_master) FROM pragma_user_version"
+    ).fetchone()
     if version > SCHEMA_VERSION:
         raise HistoryError(
             f"{path} has history schema v{version}, newer than this servefit knows "
             f"(v{SCHEMA_VERSION}): it was written by a newer servefit and was left untouched. "
             "Upgrade servefit, or point --db or SERVEFIT_DB at another file."
         )
-    if version == SCHEMA_VERSION:
+    if version == 0 and tables:
+        raise HistoryError(
+            f"{path} is a SQLite database but not a servefit run history (it has tables "
+            "and no history schema version); it was left untouched. Point --db or "
+            "SERVEFIT_DB at another file."
+        )
+    return int(version)
+
+
+def _migrate(conn: sqlite3.Connection, path: Path) -> None:
+    """Bring the file to SCHEMA_VERSION in one transaction (another process may be doing
+    the same: the transaction waits for it, then reads the version again)."""
+    if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
         return
     conn.execute("BEGIN IMMEDIATE")  # another process may be migrating: wait, then re-read
     try:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        version = _refuse_foreign(conn, path)
         for step in MIGRATIONS[version:]:
             for statement in step:
                 conn.execute(statement)
@@ -215,9 +232,8 @@ def connect(path: Path, *, create: bool) -> Iterator[sqlite3.Connection | None]:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         if exists:
             _quick_check(conn, path)  # before anything is written to it
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version <= SCHEMA_VERSION:  # a newer file is refused by _migrate, unchanged
-            conn.execute("PRAGMA journal_mode = WAL")
+        _refuse_foreign(conn, path)
+        conn.execute("PRAGMA journal_mode = WAL")  # concurrent readers and one writer
         _migrate(conn, path)
         yield conn
     except sqlite3.Error as error:
