@@ -100,6 +100,20 @@ def _shown(page) -> dict:
     )
 
 
+def _assert_tab_reaches_every_control(page, *, minimum: int) -> None:
+    controls = page.evaluate(
+        """() => [...document.querySelectorAll('input,select,button,a[href],textarea')]
+            .filter(e => e.offsetParent !== null && !e.disabled).map(e => e.id)"""
+    )
+    assert all(controls) and len(controls) > minimum
+    page.evaluate("document.activeElement.blur()")
+    reached = []
+    for _ in range(len(controls) + 5):
+        page.keyboard.press("Tab")
+        reached.append(page.evaluate("document.activeElement.id"))
+    assert set(controls) <= set(reached), set(controls) - set(reached)
+
+
 def _timings(page) -> dict[str, float]:
     data = page.evaluate("({...document.body.dataset})")
     return {"capacity_ms": float(data["capacityMs"]), "update_ms": float(data["updateMs"])}
@@ -163,19 +177,11 @@ def test_the_issue_scenario_in_headless_chromium(server, tmp_path):
         assert _shown(again) == shown
         assert again.input_value("#gpu") == A100 and again.input_value("#max-model-len") == "131072"
 
-        # Tab reaches every control of the page
-        controls = page.evaluate(
-            """() => [...document.querySelectorAll('input,select,button,a[href],textarea')]
-                .filter(e => e.offsetParent !== null && !e.disabled).map(e => e.id)"""
-        )
-        assert all(controls) and len(controls) > 30
-        page.focus("body")
-        page.evaluate("document.activeElement.blur()")
-        reached = []
-        for _ in range(len(controls) + 5):
-            page.keyboard.press("Tab")
-            reached.append(page.evaluate("document.activeElement.id"))
-        assert set(controls) <= set(reached), set(controls) - set(reached)
+        # Tab reaches every control of the page, in the plan view and the compare view
+        _assert_tab_reaches_every_control(page, minimum=30)
+        page.click("#tab-compare")
+        _assert_tab_reaches_every_control(page, minimum=30)
+        assert page.is_visible("#compare-run") and not page.is_visible("#vllm-command")
 
         # the page update time, from the input event to the numbers on the page: the capacity
         # (verdict, KV cache, command) first, then speed and cost (the serving simulation)

@@ -19,7 +19,8 @@ const DEBOUNCE_MS = 40;
 const GIB = 2 ** 30;
 
 const $ = (id) => document.getElementById(id);
-const page = { view: "plan", run: "", seq: 0, timer: 0, inputAt: 0, planned: null };
+const page = { view: "plan", run: "", seq: 0, timer: 0, inputAt: 0, planned: null,
+  models: new Set() };
 
 function el(tag, text, cls) {
   const node = document.createElement(tag);
@@ -116,6 +117,12 @@ function showError(error) {
 }
 
 function schedulePlan(event) {
+  // a model id being typed is planned when it is a catalog id, else when the field is left
+  // (or Enter pressed): a half-typed Hub id would be a Hub request per keystroke
+  const target = event && event.target;
+  if (target && target.id === "model" && event.type === "input" && !page.models.has(target.value.trim())) {
+    return;
+  }
   if (!page.inputAt) page.inputAt = event ? event.timeStamp : performance.now();
   clearTimeout(page.timer);
   page.timer = setTimeout(replan, DEBOUNCE_MS);
@@ -416,6 +423,7 @@ async function upload(file) {
 
 async function start() {
   const catalog = await (await fetch("/api/catalog")).json();
+  page.models = new Set(catalog.models);
   $("model-list").replaceChildren(...catalog.models.map((id) => new Option(id, id)));
   $("gpu").append(...catalog.gpus.map((g) =>
     new Option(`${g.name} (${fmtInt(g.memory_bytes / GIB)} GiB)${g.provisional ? " ?" : ""}`, g.name)));
@@ -428,6 +436,7 @@ async function start() {
   $("form").addEventListener("input", schedulePlan);
   $("form").addEventListener("change", schedulePlan);
   $("form").addEventListener("submit", (e) => e.preventDefault());
+  $("model").addEventListener("keydown", (e) => { if (e.key === "Enter") schedulePlan(); });
   $("config-file").addEventListener("change", (e) => { e.stopPropagation(); upload(e.target.files[0]); });
   $("example").addEventListener("click", (e) => {
     writeForm(new URLSearchParams(SEED));
