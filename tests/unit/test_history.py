@@ -25,6 +25,7 @@ from servefit.app.history import (
     get_run,
     list_runs,
     record_run,
+    registered_run_dirs,
     resolve_db_path,
 )
 from servefit.app.history_record import record_or_warn, record_up
@@ -67,6 +68,7 @@ def test_round_trip(tmp_path):
     assert run.results == {"summary": {"successful": 10}}
     assert (run.predicted, run.measured) == (predicted, measured)
     assert run.run_dir == str((tmp_path / "run").absolute())
+    assert registered_run_dirs(db) == {(tmp_path / "run").absolute()}
     assert get_run(db, run_id + 1) is None
 
 

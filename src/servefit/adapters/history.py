@@ -353,6 +353,15 @@ def select_deployment_keys(path: Path) -> list[str]:
         return [row[0] for row in conn.execute(sql)]
 
 
+def select_run_dirs(path: Path) -> list[str]:
+    """Every run folder recorded (bench, up, a report's bench run), as stored (absolute)."""
+    with connect(path, create=False) as conn:
+        if conn is None:
+            return []
+        sql = "SELECT DISTINCT run_dir FROM runs WHERE run_dir IS NOT NULL ORDER BY run_dir"
+        return [row[0] for row in conn.execute(sql)]
+
+
 def _read(path: Path, sql: str, params: list[Any]) -> list[RunRecord]:
     with connect(path, create=False) as conn:
         if conn is None:

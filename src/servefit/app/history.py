@@ -22,6 +22,7 @@ Reading a history that does not exist yet returns nothing and creates no file.
 ``get_run(db, id)``            one run with its full inputs and results, or None
 ``deployment_series(db, key)`` one deployment's runs, oldest first (predicted vs measured)
 ``deployment_keys(db)``        every deployment recorded, most recently run first
+``registered_run_dirs(db)``    the run folders recorded (a page opens these, no others)
 =============================  ==========================================================
 """
 
@@ -45,6 +46,7 @@ from servefit.adapters.history import (
     insert_run,
     select_deployment_keys,
     select_run,
+    select_run_dirs,
     select_runs,
 )
 from servefit.adapters.redact import redact_data
@@ -61,6 +63,7 @@ __all__ = [
     "list_runs",
     "parse_since",
     "record_run",
+    "registered_run_dirs",
     "resolve_db_path",
 ]
 
@@ -235,3 +238,9 @@ def deployment_series(db_path: Path, deployment_key: str) -> list[RunRecord]:
 def deployment_keys(db_path: Path) -> list[str]:
     """Every deployment key recorded, the most recently run first."""
     return select_deployment_keys(db_path)
+
+
+def registered_run_dirs(db_path: Path) -> set[Path]:
+    """The run folders the history knows (absolute): a page that opens run folders opens
+    these and no other path."""
+    return {Path(d) for d in select_run_dirs(db_path)}
