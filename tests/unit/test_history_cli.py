@@ -114,3 +114,10 @@ def test_history_flags_are_checked(tmp_path):
     missing = run("history", "show", "7", "--db", db)
     assert missing.returncode == 2 and "no run 7" in missing.stderr
     assert run("history", "--kind", "deploy", "--db", db).returncode == 2
+
+
+def test_the_cli_knows_the_stores_run_kinds():
+    from servefit.adapters.history import KINDS
+    from servefit.cli import history
+
+    assert history.KINDS == KINDS  # spelled twice so the CLI imports no SQLite to parse flags

@@ -58,7 +58,9 @@ def record_quietly(db: str | None, record: Callable[[Path], int]) -> None:
 @click.option("--model", help="Only models whose id contains this (any case).")
 @click.option("--gpu", help="Only GPUs whose name contains this (any case).")
 @click.option("--since", help="Only runs from this date or time on (YYYY-MM-DD[THH:MM], UTC).")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=50, show_default=True, help="Most runs shown."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON.")
 @DB_OPTION
 @click.pass_context
