@@ -121,3 +121,34 @@ def test_the_cli_knows_the_stores_run_kinds():
     from servefit.cli import history
 
     assert history.KINDS == KINDS  # spelled twice so the CLI imports no SQLite to parse flags
+
+
+def test_up_records_its_run_folder_and_keeps_its_exit_code(tmp_path, monkeypatch):
+    """``up`` needs vLLM; here its use case is replaced by one that leaves a run folder as a
+    launched run does, so what the command records is checked without an engine."""
+    from click.testing import CliRunner
+
+    from servefit.app import up as up_app
+    from servefit.app.history import list_runs
+    from servefit.app.up_report import UpResult
+    from servefit.cli.up import up
+
+    plan_json = run(*PLAN, "--json").stdout
+    run_dir = tmp_path / "up-run"
+
+    def fake_run_up(request, say, echo=None):
+        run_dir.mkdir()
+        (run_dir / "plan.json").write_text(plan_json)
+        smoke = {"measured": {"ttft_s": 0.5, "tpot_s": 0.02, "output_throughput_tok_per_s": 9.0}}
+        return UpResult(exit_code=1, run_dir=run_dir, smoke=smoke)
+
+    monkeypatch.setattr(up_app, "run_up", fake_run_up)
+    db = tmp_path / "h.sqlite"
+    args = ["Qwen/Qwen3-8B", "--gpu", "H100", "--offline", "--db", str(db)]
+    done = CliRunner().invoke(up, [*args, "--", "--api-key", "sk-abcdefghijklmnopqrstuvwx"])
+    assert done.exit_code == 1, done.output
+    [row] = list_runs(db)
+    assert row.kind == "up" and row.run_dir == str(run_dir.absolute())
+    assert row.results["exit_code"] == 1 and row.results["plan"] == json.loads(plan_json)
+    assert row.measured.output_tok_per_s == 9.0 and row.measured.kv_cache_tokens is None
+    assert row.inputs["extra"] == ["--api-key", "***"] and row.inputs["gpu"] == "H100"
