@@ -173,6 +173,7 @@ class _Search:
     misses: list[tuple[float, str]] = field(default_factory=list)
     pending: list[tuple[float, int, Callable[[], Candidate | None]]] = field(default_factory=list)
     candidates: list[Candidate] = field(default_factory=list)
+    over_budget_usd_per_hour: float = math.inf  # the lowest bound pruned by the budget
 
     def count(self, **more: int) -> None:
         self.counts = replace(
@@ -243,7 +244,12 @@ class _Search:
         """Simulate in the order of the cost bound; stop simulating what cannot enter the
         ``top`` cheapest fleets found."""
         top = self.request.top
+        budget = self.request.max_usd_per_hour
         for bound, _, run in sorted(self.pending, key=lambda item: item[:2]):
+            if budget is not None and bound > budget:
+                self.count(pruned_bound=1)  # even its cost's lower bound is over the budget
+                self.over_budget_usd_per_hour = min(self.over_budget_usd_per_hour, bound)
+                continue
             best = sorted(c.usd_per_hour for c in self.candidates if c.is_recommendable)
             if len(best) >= top and bound > best[top - 1]:
                 self.count(pruned_bound=1)
@@ -276,7 +282,9 @@ def recommend_fleet(request: FleetRequest) -> FleetOutcome:
         search.counts, gpus_skipped=tuple(search.skipped), simulations=search.ev.num_simulations
     )
     meeting = [c for c in ranked if c.meets_slo]
-    closest = "" if any(c.is_recommendable for c in ranked) else _closest(search.misses, ranked)
+    closest = ""
+    if not any(c.is_recommendable for c in ranked):
+        closest = _closest(search.misses, ranked, search.over_budget_usd_per_hour)
     return FleetOutcome(
         request=request,
         candidates=tuple(ranked),
@@ -317,13 +325,20 @@ def _rank_key(c: Candidate) -> tuple[int, float, float, int]:
     )
 
 
-def _closest(misses: list[tuple[float, str]], ranked: list[Candidate]) -> str:
+def _closest(
+    misses: list[tuple[float, str]], ranked: list[Candidate], over_budget_bound: float
+) -> str:
     over_budget = [c for c in ranked if c.meets_slo and not c.within_budget]
     if over_budget:
         c = over_budget[0]
         return (
             f"the budget binds: the cheapest fleet meeting the SLO needs {c.num_gpus} x "
             f"{c.gpu} at ${c.usd_per_hour:,.2f}/h"
+        )
+    if math.isfinite(over_budget_bound):
+        return (
+            f"the budget binds: no fleet can cost less than ${over_budget_bound:,.2f}/h "
+            "at this rate (the cost's lower bound of the cheapest option)"
         )
     if not misses:
         return "no GPU in the search starts the model (see the capacity drops)"

@@ -17,10 +17,6 @@ def _formats(c: Candidate) -> str:
 
 
 def render_fleet(outcome: FleetOutcome, out: Console) -> None:
-    from rich.table import Table
-
-    from servefit.adapters.fleet_document import why_text
-
     r = outcome.request
     pct = r.slo.label
     out.print(
@@ -28,6 +24,18 @@ def render_fleet(outcome: FleetOutcome, out: Console) -> None:
         f"TTFT {pct} <= {r.slo.slo.ttft_ms or '-'} ms, TPOT {pct} <= "
         f"{r.slo.slo.tpot_ms or '-'} ms; headroom {r.headroom:.0%}"
     )
+    if outcome.best is None:
+        out.print(f"[bold red]No fleet meets the SLO within the budget[/]: {outcome.closest_miss}")
+    if outcome.candidates:
+        _table(outcome, out)
+    _front_why_and_commands(outcome, out)
+
+
+def _table(outcome: FleetOutcome, out: Console) -> None:
+    from rich.table import Table
+
+    r = outcome.request
+    pct = r.slo.label
     table = Table(title="Fleets, cheapest per output token first", title_justify="left")
     for name, justify in (
         ("#", "right"),
@@ -63,6 +71,13 @@ def render_fleet(outcome: FleetOutcome, out: Console) -> None:
             c.binding + mark,
         )
     out.print(table)
+
+
+def _front_why_and_commands(outcome: FleetOutcome, out: Console) -> None:
+    from rich.table import Table
+
+    from servefit.adapters.fleet_document import why_text
+
     if outcome.pareto:
         front = Table(
             title="Pareto front: output tok/s per GPU vs decode tok/s per user",
