@@ -38,6 +38,7 @@ def deployments(draw: st.DrawFn) -> Deployment:
             max_num_batched_tokens=draw(st.one_of(st.none(), st.sampled_from((2048, 8192)))),
             gpu_memory_utilization=draw(st.one_of(st.none(), st.sampled_from((0.8, 0.9, 0.95)))),
             kv_cache_dtype=draw(st.sampled_from(("auto", "fp8"))),
+            mamba_ssm_cache_dtype=draw(st.sampled_from(("auto", "float16"))),
             enable_prefix_caching=draw(st.booleans()),
             enforce_eager=draw(st.booleans()),
         ),

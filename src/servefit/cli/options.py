@@ -88,6 +88,13 @@ SERVE_OPTIONS = [
         "--block-size", type=int, help="Tokens per KV-cache block [16; raised for hybrids]."
     ),
     click.option(
+        "--mamba-ssm-cache-dtype",
+        type=click.Choice(["auto", "float32", "float16", "bfloat16"]),
+        default="auto",
+        show_default=True,
+        help="Recurrent (SSM) state dtype of hybrid models [auto: the architecture's default].",
+    ),
+    click.option(
         "--enable-prefix-caching/--no-enable-prefix-caching", default=True, show_default=True
     ),
     click.option("--enforce-eager", is_flag=True, help="No CUDA graphs."),
@@ -274,6 +281,7 @@ def pop_serve_settings(flags: dict[str, Any]) -> Any:
         kv_cache_dtype=flags.pop("kv_cache_dtype", "auto"),
         kv_cache_memory_bytes=kv_cache_bytes(kv_memory) if kv_memory else None,
         block_size=flags.pop("block_size", None),
+        mamba_ssm_cache_dtype=flags.pop("mamba_ssm_cache_dtype", "auto"),
         enable_prefix_caching=flags.pop("enable_prefix_caching", True),
         enforce_eager=flags.pop("enforce_eager", False),
         dtype=flags.pop("dtype", "auto"),

@@ -214,10 +214,41 @@ def _check_size(model: ModelSpec) -> None:
         )
 
 
+# vLLM's per-architecture hooks that set the recurrent (SSM) state's dtype when
+# --mamba-ssm-cache-dtype is "auto" (vllm/model_executor/models/config.py, read in the v0.32.0
+# wheel); every other architecture keeps its state in the model dtype.
+# - Qwen3.5/3.6 (and Qwen4Exp, built on them): the config's ``mamba_ssm_dtype``.
+QWEN3_5_STATE_ARCHITECTURES = frozenset(
+    {
+        "Qwen3_5ForCausalLM",
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForCausalLM",
+        "Qwen3_5MoeForConditionalGeneration",
+        "Qwen4ExpForCausalLM",
+        "Qwen4ExpForConditionalGeneration",
+    }
+)
+# - Nemotron-H: the config's ``mamba_ssm_cache_dtype``, else float32. The hook came with
+#   vllm-project/vllm#29978 (merged 2025-12, default float16); #39032 (merged 2026-04) made the
+#   default float32, as v0.32 has it. servefit mirrors v0.32: a Nemotron-H config without the
+#   field plans a float32 state (older releases used float16 or the model dtype).
+NEMOTRON_H_STATE_ARCHITECTURES = frozenset(
+    {"NemotronHForCausalLM", "NemotronHPuzzleForCausalLM", "NemotronH_Nano_VL_V2"}
+)
+NEMOTRON_H_DEFAULT_STATE_DTYPE = "float32"
+
+
 def state_dtype(config: Config) -> str | None:
-    """The SSM state dtype a hybrid config asks for (``mamba_ssm_dtype``), if any."""
+    """The recurrent state's dtype vLLM picks for this architecture when
+    ``--mamba-ssm-cache-dtype`` is auto (None: the model dtype)."""
     text, _ = text_and_vision(config)
-    value = text.get("mamba_ssm_dtype")
+    architecture = _architecture(config, "config.json")
+    if architecture in NEMOTRON_H_STATE_ARCHITECTURES:
+        value = text.get("mamba_ssm_cache_dtype") or NEMOTRON_H_DEFAULT_STATE_DTYPE
+    elif architecture in QWEN3_5_STATE_ARCHITECTURES:
+        value = text.get("mamba_ssm_dtype")
+    else:
+        value = None
     return str(value) if value else None
 
 

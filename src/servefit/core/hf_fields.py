@@ -81,6 +81,7 @@ STRUCTURAL_FIELDS = frozenset(
         "block_configs",
         "attn_output_gate",
         "mamba_ssm_dtype",
+        "mamba_ssm_cache_dtype",
     }
 )
 

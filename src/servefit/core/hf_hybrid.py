@@ -51,7 +51,7 @@ def parse_qwen_hybrid(f: Fields, name: str) -> ModelSpec:
         conv_kernel=f.int("linear_conv_kernel_dim", default=4),
     )
     gated = f.bool("attn_output_gate", default=True)
-    f.text("mamba_ssm_dtype")  # read by the KV-cache model through state_dtype()
+    state_dtype_field(f, "mamba_ssm_dtype")  # read by the KV-cache model via state_dtype()
     is_moe = f.int("num_experts", "num_local_experts", default=0) > 0
     f.layer_indices("mlp_only_layers")
     f.optional_int("decoder_sparse_step")
@@ -79,9 +79,26 @@ def parse_qwen_hybrid(f: Fields, name: str) -> ModelSpec:
 NEMOTRON_H_SYMBOLS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
 
 
+# the recurrent state dtypes vLLM accepts (vllm/config/cache.py MambaDType, v0.32)
+STATE_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def state_dtype_field(f: Fields, name: str) -> str:
+    """A config's recurrent-state dtype field, checked (consumed here; the KV-cache model
+    reads it through ``hf_config.state_dtype``)."""
+    value = f.text(name)
+    if value and value not in STATE_DTYPES:
+        raise ConfigError(
+            f"{f.where}: {name} {value!r} is not a state dtype vLLM accepts "
+            f"({', '.join(STATE_DTYPES)}); fix it or remove it"
+        )
+    return value
+
+
 def parse_nemotron_h(f: Fields, name: str) -> ModelSpec:
     """Nemotron-H: ``hybrid_override_pattern`` gives one block per character."""
     pattern = f.text("hybrid_override_pattern")
+    state_dtype_field(f, "mamba_ssm_cache_dtype")  # float32 when absent (hf_config.state_dtype)
     n = f.int("num_hidden_layers")
     if len(pattern) != n:
         raise ConfigError(

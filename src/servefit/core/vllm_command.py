@@ -47,6 +47,8 @@ def vllm_serve_args(
         args += ["--kv-cache-memory-bytes", str(asked.kv_cache_memory_bytes)]
     if asked.block_size is not None:
         args += ["--block-size", str(asked.block_size)]
+    if asked.mamba_ssm_cache_dtype != "auto":
+        args += ["--mamba-ssm-cache-dtype", asked.mamba_ssm_cache_dtype]
     if not r.enable_prefix_caching:
         args += ["--no-enable-prefix-caching"]
     if r.enforce_eager:
