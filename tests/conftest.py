@@ -14,19 +14,15 @@ from servefit.adapters.catalog import gpu_catalog
 from servefit.adapters.model_source import LoadedModel, load_model
 from servefit.core.hardware import GpuSpec
 
-_HISTORY_DIR = pytest.StashKey[str]()
-
-
-def pytest_configure(config):
-    """A history file for the session before any test module is imported: modules copy
-    os.environ into the env of their subprocesses at import time."""
-    directory = tempfile.mkdtemp(prefix="servefit-history-")
-    config.stash[_HISTORY_DIR] = directory
-    os.environ["SERVEFIT_DB"] = str(Path(directory) / "history.sqlite")
+# Set on import, before any other conftest (tests/ui's imports a module that copies
+# os.environ into its subprocesses' env) or test module is loaded: no test run writes the
+# user's own history, whatever runs the commands.
+_HISTORY_DIR = tempfile.mkdtemp(prefix="servefit-history-")
+os.environ["SERVEFIT_DB"] = str(Path(_HISTORY_DIR) / "history.sqlite")
 
 
 def pytest_unconfigure(config):
-    shutil.rmtree(config.stash.get(_HISTORY_DIR, ""), ignore_errors=True)
+    shutil.rmtree(_HISTORY_DIR, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -152,3 +152,13 @@ def test_up_records_its_run_folder_and_keeps_its_exit_code(tmp_path, monkeypatch
     assert row.results["exit_code"] == 1 and row.results["plan"] == json.loads(plan_json)
     assert row.measured.output_tok_per_s == 9.0 and row.measured.kv_cache_tokens is None
     assert row.inputs["extra"] == ["--api-key", "***"] and row.inputs["gpu"] == "H100"
+
+
+def test_environments_copied_at_import_point_at_a_temporary_history():
+    """Modules (and other conftests) copy os.environ into their subprocesses' env when they
+    are imported: the suite's history is set before that, never the user's own."""
+    import tempfile
+
+    from tests.unit.test_cli import OFFLINE
+
+    assert OFFLINE["SERVEFIT_DB"].startswith(tempfile.gettempdir())
