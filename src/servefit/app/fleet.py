@@ -23,7 +23,14 @@ from servefit.adapters.catalog import efficiency_table
 from servefit.adapters.model_source import load_model
 from servefit.app.deployment import longest_request_tokens
 from servefit.app.fleet_disagg import evaluate_pools, plan_pools
-from servefit.app.fleet_search import Dropped, Screened, Shape, options_for, screen
+from servefit.app.fleet_search import (
+    MIXED_STEP_ALLOWANCE,
+    Dropped,
+    Screened,
+    Shape,
+    options_for,
+    screen,
+)
 from servefit.app.fleet_types import (
     Candidate,
     Evaluator,
@@ -72,6 +79,9 @@ def evaluate(
         load=load,
         fewest=fewest,
         most=_most_replicas(request, s, fewest),
+        guess=replicas_for(
+            offered, _upper_load(request, s) / MIXED_STEP_ALLOWANCE, request.headroom
+        ),
     )
     per_replica = found.share
     replicas = found.replicas

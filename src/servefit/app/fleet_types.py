@@ -37,7 +37,7 @@ class FleetRequest:
     gpus_per_node: int = 8
     disaggregated: bool = True
     allow_fp8: bool = True  # online fp8 weights and fp8 KV where the GPU has FP8 tensor cores
-    top: int = 10  # candidates simulated in full before the cost bound prunes the rest
+    top: int = 5  # fleets simulated in full before the cost bound prunes the rest
     allow_hub: bool = True
     vllm_version: str = DEFAULT_VLLM_VERSION
 

@@ -56,7 +56,7 @@ from servefit.errors import InvalidArgumentError, ServefitError
 @click.option(
     "--top",
     type=int,
-    default=8,
+    default=5,
     show_default=True,
     help="Fleets simulated in full before the cost bound prunes the rest; rows shown.",
 )

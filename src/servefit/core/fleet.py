@@ -115,13 +115,18 @@ class ReplicaSearch:
 
 
 def search_replicas(
-    check_at: Callable[[float], SloCheck], *, load: float, fewest: int, most: int
+    check_at: Callable[[float], SloCheck],
+    *,
+    load: float,
+    fewest: int,
+    most: int,
+    guess: int | None = None,
 ) -> ReplicaSearch:
     """The smallest replica count ``k`` in ``[fewest, most]`` at which one replica meets the
-    SLO under ``load / k``: the count the bound gives first, then counts growing four-fold
-    until one meets, then a bisection between the last that missed and the first that met
-    (the check is taken to be monotone: less load per replica never raises the latencies).
-    """
+    SLO under ``load / k`` (the check is taken to be monotone: less load per replica never
+    raises the latencies). ``guess`` (default ``fewest``) is tried first; from there the
+    count steps down (halving the distance to ``fewest``) while it meets, or up (doubling)
+    while it misses, then a bisection between the last miss and the first meet."""
     if load <= 0:
         raise InvalidArgumentError("the replica search needs a positive load")
     fewest = max(1, fewest)
@@ -136,13 +141,23 @@ def search_replicas(
             runs += 1
         return checks[k].meets
 
-    missed, met = fewest - 1, fewest
-    while not meets(met):
-        if met >= most:
-            return ReplicaSearch(
-                replicas=0, share=load / met, check=checks[met], num_simulations=runs
-            )
-        missed, met = met, min(most, met * 4)
+    first = min(most, max(fewest, guess or fewest))
+    if meets(first):
+        missed, met = fewest - 1, first
+        while met > fewest:  # step down while it still meets
+            lower = max(fewest, met - max(1, (met - fewest + 1) // 2))
+            if not meets(lower):
+                missed = lower
+                break
+            met = lower
+    else:
+        missed, met = first, first
+        while not meets(met):
+            if met >= most:
+                return ReplicaSearch(
+                    replicas=0, share=load / met, check=checks[met], num_simulations=runs
+                )
+            missed, met = met, min(most, met * 2)
     while met - missed > 1:
         mid = (met + missed) // 2
         if meets(mid):
