@@ -129,3 +129,38 @@ def test_the_dtype_choices_are_vllms():
         pytest.skip("no vLLM installed in .venv-vllm to read the choices from")
     assert set(VLLM_DTYPES) == dtypes
     assert set(VLLM_KV_CACHE_DTYPES) | set(VLLM_ONLY_KV_CACHE_DTYPES) == kv
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--burstiness", "nan"], "'--burstiness': must be a finite number"),
+        (["--burstiness", "0"], "'--burstiness': must be greater than 0"),
+        (["--think-time-s", "inf"], "'--think-time-s': must be a finite number"),
+        (["--think-time-s", "-1"], "'--think-time-s': must be at least 0"),
+        (["--time-scale", "-1"], "'--time-scale': must be greater than 0"),
+        (["--slo-ttft-ms", "inf"], "'--slo-ttft-ms': must be a finite number"),
+    ],
+)
+def test_bench_number_flags_are_checked_before_any_server_is_contacted(args, message):
+    """Port 9 (discard) has no server: each flag is refused as a usage error before bench
+    tries it, so the message is the flag's, not 'cannot reach'."""
+    code, out = servefit("bench", "http://127.0.0.1:9", "--concurrency", "1", *args)
+    assert code == 2
+    assert message in out
+    assert "cannot reach" not in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["null-server", "--ttft-ms", "nan"], "'--ttft-ms': must be a finite number"),
+        (["null-server", "--itl-ms", "-3"], "'--itl-ms': must be at least 0"),
+        (["report", "run", "--usd-per-gpu-hour", "0"], "'--usd-per-gpu-hour': must be greater"),
+        (["up", "m", "--startup-timeout-s", "inf"], "'--startup-timeout-s': must be a finite"),
+    ],
+)
+def test_other_commands_number_flags_are_usage_errors(args, message):
+    code, out = servefit(*args)
+    assert code == 2
+    assert message in out

@@ -27,7 +27,7 @@ from servefit.cli.output import (
     emit_json,
     fail,
 )
-from servefit.cli.types import FINITE_FLOAT
+from servefit.cli.types import FINITE_FLOAT, NON_NEGATIVE_FLOAT, POSITIVE_FLOAT
 from servefit.errors import InvalidArgumentError, ServefitError
 
 if TYPE_CHECKING:
@@ -41,8 +41,16 @@ if TYPE_CHECKING:
 @click.command("null-server")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=int, default=8000, show_default=True)
-@click.option("--ttft-ms", type=float, default=0.0, show_default=True, help="Delay to 1st token.")
-@click.option("--itl-ms", type=float, default=0.0, show_default=True, help="Delay between tokens.")
+@click.option(
+    "--ttft-ms", type=NON_NEGATIVE_FLOAT, default=0.0, show_default=True, help="Delay to 1st token."
+)
+@click.option(
+    "--itl-ms",
+    type=NON_NEGATIVE_FLOAT,
+    default=0.0,
+    show_default=True,
+    help="Delay between tokens.",
+)
 @click.option("--output-len", type=int, default=16, show_default=True, help="Default max_tokens.")
 @click.option("--max-concurrency", type=int, help="Requests served at once; the rest queue.")
 def null_server(
@@ -117,14 +125,20 @@ BENCH_OPTIONS = [
         help="Percentile the SLO limits apply to (--search-slo).",
     ),
     _opt(
-        "--burstiness", type=float, default=1.0, show_default=True, help="1: Poisson; <1 burstier."
+        "--burstiness",
+        type=POSITIVE_FLOAT,
+        default=1.0,
+        show_default=True,
+        help="1: Poisson; <1 burstier.",
     ),
     _opt("--prefix-len", type=int, default=0, help="shared-prefix: tokens shared in a group."),
     _opt("--num-groups", type=int, default=1, help="shared-prefix: number of groups."),
     _opt("--turns", type=int, default=4, show_default=True, help="agent: turns per session."),
     _opt("--system-prompt-len", type=int, default=512, show_default=True, help="agent: tokens."),
     _opt("--message-len", type=int, default=64, show_default=True, help="agent: new tokens/turn."),
-    _opt("--think-time-s", type=float, default=0.0, help="agent: pause between turns."),
+    _opt(
+        "--think-time-s", type=NON_NEGATIVE_FLOAT, default=0.0, help="agent: pause between turns."
+    ),
     _opt(
         "--prefix-cache-compare",
         is_flag=True,
@@ -132,7 +146,13 @@ BENCH_OPTIONS = [
     ),
     _opt("--dataset", help="jsonl: prompts or conversations, one JSON object per line."),
     _opt("--replay", is_flag=True, help="jsonl: send each line at its timestamp_s."),
-    _opt("--time-scale", type=float, default=1.0, show_default=True, help="Replay: 0.5 = 2x."),
+    _opt(
+        "--time-scale",
+        type=POSITIVE_FLOAT,
+        default=1.0,
+        show_default=True,
+        help="Replay: 0.5 = 2x.",
+    ),
     _opt(
         "--ignore-eos/--no-ignore-eos",
         default=True,
@@ -167,9 +187,9 @@ BENCH_OPTIONS = [
         show_default=True,
         help="Fraction of requests (0-1) that may fail (errored or cut) before the run exits 1.",
     ),
-    _opt("--slo-ttft-ms", type=float, help="Goodput: TTFT limit in ms."),
-    _opt("--slo-tpot-ms", type=float, help="Goodput: time-per-output-token limit in ms."),
-    _opt("--slo-e2el-ms", type=float, help="Goodput: end-to-end latency limit in ms."),
+    _opt("--slo-ttft-ms", type=FINITE_FLOAT, help="Goodput: TTFT limit in ms."),
+    _opt("--slo-tpot-ms", type=FINITE_FLOAT, help="Goodput: time-per-output-token limit in ms."),
+    _opt("--slo-e2el-ms", type=FINITE_FLOAT, help="Goodput: end-to-end latency limit in ms."),
     _opt(
         "--goodput",
         multiple=True,

@@ -10,6 +10,7 @@ import click
 from servefit.cli.history import history_options, record_quietly
 from servefit.cli.options import build_deployment, deployment_options
 from servefit.cli.output import fail
+from servefit.cli.types import POSITIVE_FLOAT
 from servefit.errors import InvalidArgumentError, ServefitError
 
 
@@ -27,7 +28,7 @@ from servefit.errors import InvalidArgumentError, ServefitError
     type=click.Path(dir_okay=False),
     help="GPU samples (`bench --monitor`) [DIR/gpu_samples.jsonl when present].",
 )
-@click.option("--usd-per-gpu-hour", type=float, help="Economics: price [catalog default].")
+@click.option("--usd-per-gpu-hour", type=POSITIVE_FLOAT, help="Economics: price [catalog default].")
 @click.option(
     "--compare",
     "compare_files",

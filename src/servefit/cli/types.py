@@ -35,9 +35,14 @@ HUMAN_INT = HumanInt()
 
 class FiniteFloat(click.ParamType):
     """A number flag that refuses NaN and infinities (``click.FLOAT`` takes ``nan`` and
-    ``inf``, which no rate, memory size, fraction or latency limit can be)."""
+    ``inf``, which no rate, memory size, fraction or latency limit can be), and numbers
+    below ``minimum`` (or equal to it when ``is_minimum_open``)."""
 
     name = "float"
+
+    def __init__(self, minimum: float | None = None, *, is_minimum_open: bool = False) -> None:
+        self.minimum = minimum
+        self.is_minimum_open = is_minimum_open
 
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
@@ -51,7 +56,13 @@ class FiniteFloat(click.ParamType):
             self.fail(f"must be a number, got {value!r}", param, ctx)
         if not math.isfinite(number):
             self.fail(f"must be a finite number, got {value!r}", param, ctx)
+        low = self.minimum
+        if low is not None and (number <= low if self.is_minimum_open else number < low):
+            bound = f"greater than {low:g}" if self.is_minimum_open else f"at least {low:g}"
+            self.fail(f"must be {bound}, got {value!r}", param, ctx)
         return number
 
 
 FINITE_FLOAT = FiniteFloat()
+NON_NEGATIVE_FLOAT = FiniteFloat(0.0)  # a delay, a pause: 0 allowed
+POSITIVE_FLOAT = FiniteFloat(0.0, is_minimum_open=True)  # a scale, a price, a timeout

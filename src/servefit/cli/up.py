@@ -13,6 +13,7 @@ from servefit.adapters.redact import argv_secret_values, redact_text
 from servefit.cli.history import history_options, record_quietly
 from servefit.cli.options import build_deployment, deployment_options
 from servefit.cli.output import fail
+from servefit.cli.types import POSITIVE_FLOAT
 from servefit.errors import ServefitError
 
 
@@ -27,7 +28,11 @@ from servefit.errors import ServefitError
 @click.option("--check-only", is_flag=True, help="Stop the engine after the checks (CI).")
 @click.option("--run-dir", type=click.Path(file_okay=False), help="[servefit-runs/up-<time>]")
 @click.option(
-    "--startup-timeout-s", type=float, default=1200.0, show_default=True, help="Wait for ready."
+    "--startup-timeout-s",
+    type=POSITIVE_FLOAT,
+    default=1200.0,
+    show_default=True,
+    help="Wait for ready.",
 )
 @click.option("--quiet-log", is_flag=True, help="Do not stream vLLM's log (it is still saved).")
 @history_options
