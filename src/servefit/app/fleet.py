@@ -240,6 +240,7 @@ class _Search:
             if survivors and request.disaggregated:
                 pools = plan_pools(request, spec.name, survivors, price, source)
                 if pools is not None:
+                    self.count(options=1)  # the P/D pools of this GPU: one more option
                     self.add(pools.bound_usd_per_hour, partial(evaluate_pools, pools, self.ev))
 
     def drop(self, model_id: str, d: Dropped) -> None:
