@@ -155,11 +155,12 @@ def test_disaggregated_fleets_are_ranked_with_the_aggregated():
     modes = {c.mode for c in outcome().candidates}
     assert "aggregated" in modes
     disagg = [c for c in outcome().candidates if c.mode == "disaggregated"]
+    assert disagg  # L40S's pools are within the 4 cheapest bounds here
     for c in disagg:
         assert c.prefill_replicas >= 1 and c.decode_replicas >= 1
         assert c.kv_transfer_s > 0
         assert any("--kv-transfer-config" in line for line in c.commands)
-        assert '"kv_connector": "NixlConnector"' in c.vllm_command
+        assert '"kv_connector":"NixlConnector"' in c.vllm_command
 
 
 def test_the_json_document_has_the_promised_keys():
@@ -274,3 +275,14 @@ def test_the_command_prints_the_table_and_json(tmp_path):
     assert text.exit_code == 0, text.output
     for words in ("$/1M out", "Pareto front", "Why:", "vllm serve"):
         assert words in text.output, words
+
+
+def test_emit_writes_the_winners_manifests_through_deploy(tmp_path):
+    out = tmp_path / "deploy"
+    args = [*BASE, "--request-rate", "4", "--gpus", "L40S", "--max-gpus", "4", *SLO_FLAGS]
+    result = run(*args, "--top", "2", "--no-disaggregated", "--emit", str(out))
+    assert result.exit_code == 0, result.output
+    serve = (out / "vllm-serve.sh").read_text(encoding="utf-8")
+    assert "vllm serve meta-llama/Llama-3.1-8B" in serve
+    assert "--max-num-seqs" in serve  # the winner's flags, not a default plan's
+    assert (out / "compose.yaml").exists() and (out / "k8s" / "deployment.yaml").exists()

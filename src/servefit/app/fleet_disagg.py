@@ -21,10 +21,10 @@ their history on the instance that holds it, which a P/D split does not model).
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass, replace
 
+from servefit.app.deploy import kv_transfer_config
 from servefit.app.fleet_search import Screened
 from servefit.app.fleet_types import (
     Candidate,
@@ -48,7 +48,6 @@ from servefit.core.roofline import link_bandwidth_bytes_per_s
 from servefit.core.vllm_command import vllm_serve_args
 from servefit.core.workload import LengthDist
 
-KV_TRANSFER_CONFIG = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"})
 PREFILL_BOUND_ALLOWANCE = 1.2  # the prefill-only rate bound: full chunks, a little slack
 
 
@@ -193,18 +192,14 @@ def evaluate_pools(pools: PoolPlan, ev: Evaluator) -> Candidate:
 def _commands(
     model_id: str, p: Screened, d: Screened, num_prefill: int, num_decode: int
 ) -> tuple[str, ...]:
-    extra = ("--kv-transfer-config", KV_TRANSFER_CONFIG)
-    prefill = vllm_serve_args(
-        model_id, p.plan, p.settings, extra_args=extra, enable_expert_parallel=p.option.ep
-    )
-    decode = vllm_serve_args(
+    """One ``vllm serve`` line for both roles (``kv_both``: the proxy picks the role)."""
+    extra = ("--kv-transfer-config", kv_transfer_config())
+    serve = vllm_serve_args(
         model_id, d.plan, d.settings, extra_args=extra, enable_expert_parallel=d.option.ep
     )
     return (
-        f"# decode instance (x {num_decode}):",
-        shlex.join(decode),
-        f"# prefill instance (x {num_prefill}):",
-        shlex.join(prefill),
-        "# behind a prefill/decode proxy that sends each request to a prefill instance, "
-        "then to a decode instance (vLLM's disaggregated-serving examples, llm-d)",
+        shlex.join(serve),
+        f"# x {num_prefill} prefill + {num_decode} decode instances, behind a prefill/decode "
+        "proxy that sends each request to a prefill, then a decode instance (vLLM's "
+        "disaggregated-serving examples, llm-d)",
     )

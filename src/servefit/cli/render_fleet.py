@@ -51,7 +51,11 @@ def _table(outcome: FleetOutcome, out: Console) -> None:
         ("load/rep", "right"),
         ("binds", "left"),
     ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(
+            name,
+            justify=justify,  # type: ignore[arg-type]
+            no_wrap=name in ("GPU", "layout", "GPUs"),
+        )
     multi = len(r.models) > 1
     for i, c in enumerate(outcome.candidates[: r.top], start=1):
         mark = "" if c.is_recommendable else (" (over budget)" if c.meets_slo else " (misses)")
@@ -63,7 +67,7 @@ def _table(outcome: FleetOutcome, out: Console) -> None:
             f"{c.replicas}x{c.gpus_per_replica}" if c.mode == "aggregated" else str(c.num_gpus),
             f"{c.usd_per_hour:,.2f}",
             f"{c.usd_per_million_output_tokens:,.3f}" if c.meets_slo else "-",
-            f"{c.usd_per_task:.3g}" if c.meets_slo else "-",
+            f"{c.usd_per_task:.6f}" if c.meets_slo else "-",
             f"{c.ttft_s * 1e3:,.0f} ms",
             f"{c.tpot_s * 1e3:,.1f} ms",
             str(c.kv_concurrency),
