@@ -290,7 +290,9 @@ def recommend_fleet(request: FleetRequest) -> FleetOutcome:
     search.run_pending()
     ranked = sorted(search.candidates, key=_rank_key)
     counts = replace(
-        search.counts, gpus_skipped=tuple(search.skipped), simulations=search.ev.num_simulations
+        search.counts,
+        gpus_skipped=tuple(dict.fromkeys(search.skipped)),
+        simulations=search.ev.num_simulations,
     )
     meeting = [c for c in ranked if c.meets_slo]
     closest = ""

@@ -166,6 +166,12 @@ def catalog_gpus(names: tuple[str, ...]) -> list[tuple[GpuSpec, float | None, st
     out = []
     for gpu in dict.fromkeys(gpus):
         price = gpu_price(gpu.name)
+        if names and price is None:
+            raise InvalidArgumentError(
+                f"--gpus {gpu.name}: the price catalog has no $/GPU-hour for it, so its fleets "
+                "cannot be ranked by cost; name GPUs that have a price, or leave --gpus out to "
+                "search every priced GPU"
+            )
         out.append((gpu, price[0] if price else None, price[1] if price else ""))
     return out
 

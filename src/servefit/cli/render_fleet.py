@@ -11,6 +11,10 @@ if TYPE_CHECKING:
     from servefit.app.fleet_types import Candidate, FleetOutcome
 
 
+def _ms(limit: float | None) -> str:
+    return "-" if limit is None else f"{limit:g} ms"
+
+
 def _formats(c: Candidate) -> str:
     weights = c.quantization or "ckpt"
     return f"{weights}/{'fp8' if c.kv_cache_dtype.startswith('fp8') else 'auto'}"
@@ -21,8 +25,8 @@ def render_fleet(outcome: FleetOutcome, out: Console) -> None:
     pct = r.slo.label
     out.print(
         f"[bold]servefit recommend[/] {', '.join(r.models)}: {r.workload.describe()}; SLO "
-        f"TTFT {pct} <= {r.slo.slo.ttft_ms or '-'} ms, TPOT {pct} <= "
-        f"{r.slo.slo.tpot_ms or '-'} ms; headroom {r.headroom:.0%}"
+        f"TTFT {pct} <= {_ms(r.slo.slo.ttft_ms)}, TPOT {pct} <= {_ms(r.slo.slo.tpot_ms)}; "
+        f"headroom {r.headroom:.0%}"
     )
     if outcome.best is None:
         out.print(f"[bold red]No fleet meets the SLO within the budget[/]: {outcome.closest_miss}")
