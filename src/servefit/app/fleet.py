@@ -4,11 +4,11 @@ within its SLO at the lowest cost -- a search over the GPU catalog.
 For each model and each GPU (every catalog GPU with a price, or ``gpus``), every option of
 :mod:`servefit.app.fleet_search` is planned and screened; the survivors are simulated
 (:func:`servefit.core.perf.simulate_load`, continuous batching with queueing) in the order
-of their cost's lower bound, each bisected for the most requests/s one replica takes within
-the SLO at the percentile (:func:`servefit.core.fleet.search_max_rate`); replicas carry the
-rate with headroom. Disaggregated prefill/decode pools are sized by
-:mod:`servefit.app.fleet_disagg`. Candidates are ranked by $/1M output tokens (the fleet's
-$/hour at the offered rate), those meeting the SLO and the budget first.
+of their cost's lower bound, each for the fewest replicas at which one replica, at its
+share of the load, meets the SLO at the percentile
+(:func:`servefit.core.fleet.search_replicas`). Disaggregated prefill/decode pools are sized
+by :mod:`servefit.app.fleet_disagg`. Fleets are ranked by $/hour for the offered load (at a
+fixed rate the order of $/1M output tokens), those meeting the SLO and the budget first.
 """
 
 from __future__ import annotations
@@ -330,10 +330,13 @@ def _cost_bound(request: FleetRequest, s: Screened, price: float) -> float:
 
 
 def _rank_key(c: Candidate) -> tuple[int, float, float, int]:
+    """Recommendable first, then the fleet's $/hour for the offered load (at a fixed rate
+    the same order as $/1M output tokens; for a closed loop of users, what serving them
+    costs), then $/1M output tokens, then fewer GPUs."""
     return (
         0 if c.is_recommendable else 1 if c.meets_slo else 2,
-        c.usd_per_million_output_tokens if c.meets_slo else math.inf,
-        c.usd_per_hour,
+        c.usd_per_hour if c.meets_slo else math.inf,
+        c.usd_per_million_output_tokens,
         c.num_gpus,
     )
 

@@ -40,7 +40,7 @@ def _table(outcome: FleetOutcome, out: Console) -> None:
 
     r = outcome.request
     pct = r.slo.label
-    table = Table(title="Fleets, cheapest per output token first", title_justify="left")
+    table = Table(title="Fleets, cheapest first", title_justify="left")
     for name, justify in (
         ("#", "right"),
         ("GPU", "left"),
