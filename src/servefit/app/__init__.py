@@ -28,6 +28,7 @@ bench --plan-model                 :mod:`servefit.app.bench`
 up (detect, plan, gate, launch)    :mod:`servefit.app.up`
 check-log                          :mod:`servefit.app.check_log`
 deploy (manifests of a plan)       :mod:`servefit.app.deploy`
+recommend (a fleet under SLOs)     :mod:`servefit.app.fleet`
 run history                        :mod:`servefit.app.history`
 =================================  ================================================
 """
@@ -59,6 +60,8 @@ _EXPORTS = {
     "ManifestSpec": "servefit.app.deploy",
     "manifest_spec_from_plan": "servefit.app.deploy",
     "write_manifests": "servefit.app.deploy",
+    "FleetRequest": "servefit.app.fleet_types",
+    "recommend_fleet": "servefit.app.fleet",
 }
 
 __all__ = list(_EXPORTS)
