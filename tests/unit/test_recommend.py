@@ -219,6 +219,7 @@ def test_an_impossible_slo_exits_1_naming_the_binding_constraint():
         (["--request-rate", "0", "--gpus", "L40S", *SLO_FLAGS], "--request-rate"),
         (["--request-rate", "1", "--gpus", "T4", *SLO_FLAGS], "no $/GPU-hour"),
         (["--gpus", "L40S", *SLO_FLAGS], "--request-rate"),
+        (["--request-rate", "2", "--concurrency", "4", *SLO_FLAGS], "one way"),
         (["--request-rate", "1", "--gpus", "L40S"], "--slo-ttft-ms"),
         (["--request-rate", "1", "--slo-percentile", "80", *SLO_FLAGS], "--slo-percentile"),
     ],

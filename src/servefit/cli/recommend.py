@@ -28,7 +28,8 @@ from servefit.errors import InvalidArgumentError, ServefitError
 @click.option(
     "--dataset",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="JSONL of token counts (input_len, output_len per line): the lengths to plan for.",
+    help="JSONL of token counts (input_len, output_len per line): the lengths to plan for "
+    "(replaces --input-len, --output-len and --range-ratio).",
 )
 @click.option("--gpus", default="all", show_default=True, help="GPUs to search: A,B,... or all.")
 @click.option("--max-gpus", type=int, help="The fleet's GPU budget (also caps one replica).")
@@ -113,6 +114,10 @@ def fleet_request(models: tuple[str, ...], flags: dict[str, Any]) -> Any:
     rate, concurrency = flags["request_rate"], flags["concurrency"]
     if rate is None and concurrency is None:
         raise InvalidArgumentError("give the load: --request-rate R (req/s) or --concurrency C")
+    if rate is not None and concurrency is not None:
+        raise InvalidArgumentError(
+            "give the load one way: --request-rate R (open loop) or --concurrency C (users)"
+        )
     if rate is not None and rate <= 0:
         raise InvalidArgumentError(f"--request-rate must be positive, got {rate:g}")
     if flags["engine"] not in (None, "vllm"):
