@@ -275,7 +275,8 @@ class OpenAIClient:
             if "error" in chunk:
                 raise _MalformedStreamError(f"server error in stream: {str(chunk['error'])[:160]}")
             text = ""
-            for choice in chunk.get("choices") or []:
+            choices = chunk.get("choices") or []
+            for choice in choices:
                 delta = choice.get("delta") or {}
                 text += (
                     choice.get("text")
@@ -285,10 +286,12 @@ class OpenAIClient:
                 )
                 saw_finish = saw_finish or choice.get("finish_reason") is not None
             usage = chunk.get("usage")
-            if text:
+            if choices:
+                # a token chunk, as `vllm bench serve` counts them: every chunk with choices,
+                # its text empty or not (a token that ends mid-UTF-8 character decodes to "")
                 record.chunk_s.append(now)
                 record.output_chars += len(text)
-                if on_text is not None:
+                if on_text is not None and text:
                     on_text(text)
                 if usage and usage.get("completion_tokens") is not None:
                     record.chunk_tokens.append(int(usage["completion_tokens"]) - last_completion)
@@ -301,7 +304,9 @@ class OpenAIClient:
                     record.cached_tokens = int(details["cached_tokens"])
                 if not chunk.get("choices"):
                     saw_finish = True  # the final usage-only chunk
-        record.done_s = clock()
+        # the request ends with its last token chunk (vLLM bench's latency), not with the
+        # trailing usage chunk or [DONE]
+        record.done_s = record.chunk_s[-1] if record.chunk_s else clock()
         return saw_done or saw_finish
 
 

@@ -21,7 +21,7 @@ class Outcome(StrEnum):
 
 class TokenSource(StrEnum):
     USAGE = "usage"  # the server's usage.completion_tokens
-    CHUNKS = "chunks"  # fallback: one token per streamed chunk that carried text
+    CHUNKS = "chunks"  # fallback: one token per streamed token chunk (one with choices)
 
 
 class RequestRecord(BaseModel):
@@ -41,7 +41,7 @@ class RequestRecord(BaseModel):
     scheduled_s: float  # when the schedule wanted it sent
     sent_s: float | None = None  # when the client started sending
     headers_s: float | None = None  # response headers received
-    chunk_s: list[float] = Field(default_factory=list)  # every SSE chunk that carried text
+    chunk_s: list[float] = Field(default_factory=list)  # every SSE chunk with choices
     chunk_tokens: list[int] = Field(default_factory=list)  # tokens per chunk when the server says
     done_s: float | None = None
     prompt_tokens: int | None = None  # server usage
