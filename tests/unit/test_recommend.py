@@ -288,3 +288,20 @@ def test_emit_writes_the_winners_manifests_through_deploy(tmp_path):
     assert "vllm serve meta-llama/Llama-3.1-8B" in serve
     assert "--max-num-seqs" in serve  # the winner's flags, not a default plan's
     assert (out / "compose.yaml").exists() and (out / "k8s" / "deployment.yaml").exists()
+
+
+def test_a_model_no_option_starts_exits_1_saying_what_to_raise():
+    result = run(
+        "meta-llama/Llama-3.1-405B",
+        "--offline",
+        "--request-rate",
+        "1",
+        "--gpus",
+        "L40S",
+        "--max-gpus",
+        "2",
+        *SLO_FLAGS,
+    )
+    assert result.exit_code == 1, result.output
+    assert "--max-gpus" in result.output
+    assert "the most memory tried" in result.output

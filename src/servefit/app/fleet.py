@@ -184,6 +184,7 @@ class _Search:
     pending: list[tuple[float, int, Callable[[], Candidate | None]]] = field(default_factory=list)
     candidates: list[Candidate] = field(default_factory=list)
     over_budget_usd_per_hour: float = math.inf  # the lowest bound pruned by the budget
+    largest_refused: tuple[int, str] = (0, "")  # the most memory that did not start
 
     def count(self, **more: int) -> None:
         self.counts = replace(
@@ -246,6 +247,10 @@ class _Search:
     def drop(self, model_id: str, d: Dropped) -> None:
         if d.stage == "capacity":
             self.count(pruned_capacity=1)
+            memory = d.option.gpu.memory_bytes * d.option.num_gpus
+            if memory > self.largest_refused[0]:
+                where = f"{model_id} on {d.option.num_gpus} x {d.option.gpu.name}"
+                self.largest_refused = (memory, f"{where} {d.option.layout}: {d.reason}")
             return
         self.count(pruned_latency=1)
         where = f"{model_id} on {d.option.gpu.name} {d.option.layout}"
@@ -298,6 +303,8 @@ def recommend_fleet(request: FleetRequest) -> FleetOutcome:
     closest = ""
     if not any(c.is_recommendable for c in ranked):
         closest = _closest(search.misses, ranked, search.over_budget_usd_per_hour)
+        if not search.misses and search.largest_refused[1]:
+            closest += f"; the most memory tried: {search.largest_refused[1]}"
     return FleetOutcome(
         request=request,
         candidates=tuple(ranked),
@@ -357,6 +364,9 @@ def _closest(
             "at this rate (the cost's lower bound of the cheapest option)"
         )
     if not misses:
-        return "no GPU in the search starts the model (see the capacity drops)"
+        return (
+            "no option in the search starts the model (raise --max-gpus, or name GPUs with "
+            "more memory)"
+        )
     ratio, text = min(misses, key=lambda m: m[0])
     return f"closest miss: {text}" + (f" ({ratio:.2f}x the limit)" if math.isfinite(ratio) else "")
