@@ -305,3 +305,24 @@ def test_a_model_no_option_starts_exits_1_saying_what_to_raise():
     assert result.exit_code == 1, result.output
     assert "--max-gpus" in result.output
     assert "the most memory tried" in result.output
+
+
+def test_the_printed_command_reads_back_to_the_same_plan():
+    import shlex
+
+    from servefit.app.deployment import Hardware, deployment_from_vllm_command
+    from servefit.app.plan import plan_deployment
+
+    for c in outcome().candidates[:3]:
+        d = deployment_from_vllm_command(
+            shlex.split(c.vllm_command), hardware=Hardware(gpu=c.gpu), allow_hub=False
+        )
+        got = plan_deployment(d, with_performance=False)
+        assert got.fits
+        r = got.capacity.settings
+        assert (r.tensor_parallel_size, r.max_num_seqs, r.kv_cache_dtype) == (
+            c.tensor_parallel_size,
+            c.max_num_seqs,
+            c.kv_cache_dtype,
+        )
+        assert d.settings.quantization == c.quantization
