@@ -39,11 +39,15 @@ slos = st.builds(
 )
 
 
-def request(rate: float, slo: FleetSlo, **more: object) -> FleetRequest:
+def request(rate: float, slo: FleetSlo, ratio: float = 0.0, **more: object) -> FleetRequest:
     fields: dict[str, object] = {
         "models": (MODEL,),
         "workload": default_workload(
-            input_len=1500, output_len=200, concurrency=None, request_rate_per_s=rate
+            input_len=1501,
+            output_len=203,
+            concurrency=None,
+            request_rate_per_s=rate,
+            range_ratio=ratio,
         ),
         "slo": slo,
         "gpus": ("L40S",),
@@ -57,9 +61,9 @@ def request(rate: float, slo: FleetSlo, **more: object) -> FleetRequest:
 
 
 @FEW
-@given(rate=rates, slo=slos)
-def test_the_recommended_fleet_replanned_and_resimulated_meets_the_slo(rate, slo):
-    req = request(rate, slo)
+@given(rate=rates, slo=slos, ratio=st.sampled_from([0.0, 0.33]))
+def test_the_recommended_fleet_replanned_and_resimulated_meets_the_slo(rate, slo, ratio):
+    req = request(rate, slo, ratio)
     best = recommend_fleet(req).best
     if best is None:  # nothing meets: the bad-input tests cover that answer
         return

@@ -149,12 +149,14 @@ class Shape:
     @classmethod
     def of(cls, w: Workload, longest_tokens: int) -> Shape:
         cached = w.prefix_len if w.prefix_len else 0
+        # the performance model's own bound on a request (it rounds the sum, not each part)
+        spread = int((w.input_len.mean + w.output_len.mean) * (1 + w.input_len.range_ratio))
         return cls(
             input_len=w.input_len.mean,
             output_len=w.output_len.mean,
             longest_tokens=longest_tokens,
             new_prompt_tokens=max(1, w.input_len.mean - cached),
-            max_model_len=longest_tokens,
+            max_model_len=max(longest_tokens, spread),
         )
 
 
