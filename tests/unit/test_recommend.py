@@ -326,3 +326,9 @@ def test_the_printed_command_reads_back_to_the_same_plan():
             c.kv_cache_dtype,
         )
         assert d.settings.quantization == c.quantization
+
+
+def test_a_gpu_budget_too_small_for_the_rate_says_the_budget_binds():
+    result = run(*BASE, "--request-rate", "200", "--gpus", "L40S", "--max-gpus", "2", *SLO_FLAGS)
+    assert result.exit_code == 1, result.output
+    assert "GPU budget binds" in " ".join(result.output.split())

@@ -181,18 +181,22 @@ class _Search:
     counts: SearchCounts = field(default_factory=SearchCounts)
     skipped: list[str] = field(default_factory=list)
     misses: list[tuple[float, str]] = field(default_factory=list)
-    pending: list[tuple[float, int, Callable[[], Candidate | None]]] = field(default_factory=list)
+    # (cost bound $/h, order, the fewest GPUs the bound implies, what simulates it)
+    pending: list[tuple[float, int, int, Callable[[], Candidate | None]]] = field(
+        default_factory=list
+    )
     candidates: list[Candidate] = field(default_factory=list)
     over_budget_usd_per_hour: float = math.inf  # the lowest bound pruned by the budget
     largest_refused: tuple[int, str] = (0, "")  # the most memory that did not start
+    over_gpu_budget: float = math.inf  # the fewest GPUs an option pruned by --max-gpus needs
 
     def count(self, **more: int) -> None:
         self.counts = replace(
             self.counts, **{k: getattr(self.counts, k) + v for k, v in more.items()}
         )
 
-    def add(self, bound: float, run: Callable[[], Candidate | None]) -> None:
-        self.pending.append((bound, len(self.pending), run))
+    def add(self, bound: float, price: float, run: Callable[[], Candidate | None]) -> None:
+        self.pending.append((bound, len(self.pending), round(bound / price), run))
 
     def screen_model(self, model: str, gpus: list[tuple[GpuSpec, float | None, str]]) -> None:
         """Stages 1-4 of :mod:`.fleet_search` for every option of every GPU; survivors queue
@@ -236,13 +240,16 @@ class _Search:
                 survivors.append(got)
                 self.add(
                     _cost_bound(request, got, price),
+                    price,
                     partial(evaluate, request, spec.name, got, price, source, self.ev),
                 )
             if survivors and request.disaggregated:
                 pools = plan_pools(request, spec.name, survivors, price, source)
                 if pools is not None:
                     self.count(options=1)  # the P/D pools of this GPU: one more option
-                    self.add(pools.bound_usd_per_hour, partial(evaluate_pools, pools, self.ev))
+                    self.add(
+                        pools.bound_usd_per_hour, price, partial(evaluate_pools, pools, self.ev)
+                    )
 
     def drop(self, model_id: str, d: Dropped) -> None:
         if d.stage == "capacity":
@@ -261,7 +268,12 @@ class _Search:
         ``top`` cheapest fleets found."""
         top = self.request.top
         budget = self.request.max_usd_per_hour
-        for bound, _, run in sorted(self.pending, key=lambda item: item[:2]):
+        max_gpus = self.request.max_gpus
+        for bound, _, fewest_gpus, run in sorted(self.pending, key=lambda item: item[:2]):
+            if max_gpus is not None and fewest_gpus > max_gpus:
+                self.count(pruned_bound=1)  # needs more GPUs than the budget at its bound
+                self.over_gpu_budget = min(self.over_gpu_budget, fewest_gpus)
+                continue
             if budget is not None and bound > budget:
                 self.count(pruned_bound=1)  # even its cost's lower bound is over the budget
                 self.over_budget_usd_per_hour = min(self.over_budget_usd_per_hour, bound)
@@ -303,7 +315,12 @@ def recommend_fleet(request: FleetRequest) -> FleetOutcome:
     closest = ""
     if not any(c.is_recommendable for c in ranked):
         closest = _closest(search.misses, ranked, search.over_budget_usd_per_hour)
-        if not search.misses and search.largest_refused[1]:
+        if not search.candidates and math.isfinite(search.over_gpu_budget):
+            closest = (
+                f"the GPU budget binds: the fleets that start need at least "
+                f"{search.over_gpu_budget:.0f} GPUs at this rate (--max-gpus {request.max_gpus})"
+            )
+        elif not search.misses and search.largest_refused[1]:
             closest += f"; the most memory tried: {search.largest_refused[1]}"
     return FleetOutcome(
         request=request,
