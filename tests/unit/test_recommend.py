@@ -332,3 +332,18 @@ def test_a_gpu_budget_too_small_for_the_rate_says_the_budget_binds():
     result = run(*BASE, "--request-rate", "200", "--gpus", "L40S", "--max-gpus", "2", *SLO_FLAGS)
     assert result.exit_code == 1, result.output
     assert "GPU budget binds" in " ".join(result.output.split())
+
+
+def test_several_models_are_ranked_together_each_naming_its_model():
+    out = recommend_fleet(
+        request(
+            rate=4.0,
+            models=(MODEL, "Qwen/Qwen3-8B"),
+            gpus=("L40S",),
+            max_gpus=2,
+            disaggregated=False,
+        )
+    )
+    assert {c.model for c in out.candidates} == {MODEL, "Qwen/Qwen3-8B"}
+    for c in out.candidates:
+        assert c.vllm_command.startswith(f"vllm serve {c.model} ")
