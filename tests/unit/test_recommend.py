@@ -61,6 +61,15 @@ def test_fleet_cost_is_gpu_hours_over_tokens():
     assert cost.usd_per_hour == 10.0
     assert math.isclose(cost.usd_per_million_output_tokens, 10 / 18)
     assert math.isclose(cost.usd_per_task, 3 * 10 / 3600 / 10)
+    half = fleet_cost(
+        num_gpus=4,
+        usd_per_gpu_hour=2.5,
+        rate_per_s=10,
+        output_tokens_per_request=500,
+        requests_per_task=3,
+        success_rate=0.5,
+    )
+    assert math.isclose(half.usd_per_task, 2 * cost.usd_per_task)  # half the tasks succeed
 
 
 def test_search_replicas_finds_the_fewest_that_meet():
@@ -222,6 +231,7 @@ def test_an_impossible_slo_exits_1_naming_the_binding_constraint():
         (["--request-rate", "2", "--concurrency", "4", *SLO_FLAGS], "one way"),
         (["--request-rate", "1", "--gpus", "L40S"], "--slo-ttft-ms"),
         (["--request-rate", "1", "--slo-percentile", "80", *SLO_FLAGS], "--slo-percentile"),
+        (["--request-rate", "1", "--success-rate", "0", *SLO_FLAGS], "--success-rate"),
     ],
 )
 def test_bad_input_is_one_clear_line_and_exit_2(args, words):

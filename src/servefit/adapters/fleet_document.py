@@ -96,6 +96,7 @@ def recommendation_document(outcome: FleetOutcome) -> dict[str, Any]:
             "gpus_per_node": r.gpus_per_node,
             "disaggregated": r.disaggregated,
             "fp8": r.allow_fp8,
+            "success_rate": r.success_rate,
             "vllm_version": r.vllm_version,
         },
         "search_space": {

@@ -96,6 +96,7 @@ def evaluate(
         rate_per_s=rate,
         output_tokens_per_request=request.workload.output_len.mean,
         requests_per_task=request.workload.turns,
+        success_rate=request.success_rate,
     )
     return Candidate(
         model=model_id,

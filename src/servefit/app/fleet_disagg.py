@@ -147,6 +147,7 @@ def evaluate_pools(pools: PoolPlan, ev: Evaluator) -> Candidate:
         usd_per_gpu_hour=pools.price,
         rate_per_s=rate,
         output_tokens_per_request=w.output_len.mean,
+        success_rate=request.success_rate,
     )
     ttft_s = found.check.ttft_s + pools.transfer_s
     tpot_s = d.decode_batch_s

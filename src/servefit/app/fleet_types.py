@@ -36,6 +36,7 @@ class FleetRequest:
     headroom: float = DEFAULT_HEADROOM
     gpus_per_node: int = 8
     disaggregated: bool = True
+    success_rate: float = 1.0  # of tasks: $/successful task = $/task / success rate
     allow_fp8: bool = True  # online fp8 weights and fp8 KV where the GPU has FP8 tensor cores
     top: int = 5  # fleets simulated in full before the cost bound prunes the rest
     allow_hub: bool = True
@@ -52,6 +53,8 @@ class FleetRequest:
             raise InvalidArgumentError(f"--headroom must be in [0, 10), got {self.headroom}")
         if self.gpus_per_node < 1:
             raise InvalidArgumentError("--gpus-per-node must be >= 1")
+        if not 0 < self.success_rate <= 1:
+            raise InvalidArgumentError(f"--success-rate must be in (0, 1], got {self.success_rate}")
         if self.top < 1:
             raise InvalidArgumentError("--top must be >= 1")
 

@@ -41,6 +41,13 @@ from servefit.errors import InvalidArgumentError, ServefitError
     show_default=True,
     help="Replicas carry the rate x (1 + headroom).",
 )
+@click.option(
+    "--success-rate",
+    type=FINITE_FLOAT,
+    default=1.0,
+    show_default=True,
+    help="Of tasks (sessions), the share that succeed: $/successful task = $/task / it.",
+)
 @click.option("--gpus-per-node", type=int, default=8, show_default=True)
 @click.option(
     "--disaggregated/--no-disaggregated",
@@ -159,6 +166,7 @@ def fleet_request(models: tuple[str, ...], flags: dict[str, Any]) -> Any:
         gpus_per_node=flags["gpus_per_node"],
         disaggregated=flags["disaggregated"],
         allow_fp8=flags["fp8"],
+        success_rate=flags["success_rate"],
         top=flags["top"],
         allow_hub=not flags["offline"],
         vllm_version=modelled_vllm_version(flags["vllm_version"]),
