@@ -735,6 +735,11 @@ def main() -> None:
     parser.add_argument("--flag-cases", type=int, default=500, help="flag cases")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log", help="write every non-plausible case here (one per line)")
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 when any case crashed, hung or planned implausibly (CI's soak run)",
+    )
     args = parser.parse_args()
     log = Path(args.log).open("w") if args.log else None  # noqa: SIM115 - closed below
 
@@ -744,10 +749,19 @@ def main() -> None:
             log.flush()
 
     try:
-        run(args.cases, args.flag_cases, args.seed, on_case=on_case)
+        config_counts, flag_counts = run(args.cases, args.flag_cases, args.seed, on_case=on_case)
     finally:
         if log is not None:
             log.close()
+    bad = {
+        f"{kind} {verdict}": count
+        for kind, counts in (("config", config_counts), ("flag", flag_counts))
+        for verdict, count in counts.items()
+        if verdict not in ("plausible", "clean error") and count
+    }
+    if args.strict and bad:
+        print(f"\nstrict: {bad} (rerun with --seed {args.seed} --log FILE for the cases)")
+        sys.exit(1)
 
 
 if __name__ == "__main__":
