@@ -12,6 +12,7 @@ The server runs in its own virtual environment (``<repo>/.venv-vllm``, made by
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -138,6 +139,20 @@ def _log_tail(log_path: Path, lines: int = 40) -> str:
         return "(no log)"
 
 
+def _die_with_parent() -> None:  # runs in the child before exec
+    """Ask the kernel to SIGTERM the server when the process that started it dies (Linux):
+    a test run killed mid-way leaves no server behind. (servefit's launcher does the same;
+    this helper also runs under vLLM's own interpreter, where servefit is not installed.)"""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
 def start_server(
     port: int,
     work_dir: Path,
@@ -191,6 +206,8 @@ def start(
             env=server_env(),
             cwd=work_dir,
             start_new_session=True,  # own session and process group
+            # dies with the test process, even one killed before its fixtures' teardown
+            preexec_fn=_die_with_parent,
         )
     deadline = t0 + timeout_s
     while True:
