@@ -77,6 +77,8 @@ def measured_usd_per_million(m: Measurement) -> float:
 
 
 def predicted_usd_per_million(members: list[Measurement]) -> dict[str, float]:
+    """The best fleet's $/1M output tokens on each GPU, searched one GPU at a time (a closed
+    loop ranks by $/hour for its users, which would spare simulating the dearer GPUs)."""
     first = members[0]
     w = first.workload
     workload = default_workload(
@@ -86,23 +88,25 @@ def predicted_usd_per_million(members: list[Measurement]) -> dict[str, float]:
         request_rate_per_s=None,
         range_ratio=w.range_ratio,
     )
-    outcome = recommend_fleet(
-        FleetRequest(
-            models=(first.model,),
-            workload=workload,
-            slo=FleetSlo(slo=LOOSE_SLO, percentile=90),
-            gpus=tuple(m.gpu for m in members),
-            max_gpus=max(m.tp for m in members),
-            headroom=0.0,
-            disaggregated=False,
-            allow_fp8=any(m.settings.quantization == "fp8" for m in members),
-            allow_hub=False,
-        )
-    )
     best: dict[str, float] = {}
-    for c in outcome.candidates:
-        if c.meets_slo:
-            best[c.gpu] = min(best.get(c.gpu, math.inf), c.usd_per_million_output_tokens)
+    for m in members:
+        outcome = recommend_fleet(
+            FleetRequest(
+                models=(first.model,),
+                workload=workload,
+                slo=FleetSlo(slo=LOOSE_SLO, percentile=90),
+                gpus=(m.gpu,),
+                max_gpus=m.tp,
+                headroom=0.0,
+                disaggregated=False,
+                allow_fp8=any(x.settings.quantization == "fp8" for x in members),
+                top=1,
+                allow_hub=False,
+            )
+        )
+        costs = [c.usd_per_million_output_tokens for c in outcome.candidates if c.meets_slo]
+        if costs:
+            best[m.gpu] = min(costs)
     return best
 
 

@@ -53,6 +53,7 @@ from servefit.core.fleet import (
 from servefit.core.hardware import GpuSpec
 from servefit.core.serving import LoadResult
 from servefit.core.vllm_command import vllm_serve_args
+from servefit.core.workload import MAX_CONCURRENCY
 from servefit.errors import ServefitError
 
 MAX_REPLICAS = 4096
@@ -61,9 +62,17 @@ __all__ = ["Candidate", "FleetOutcome", "FleetRequest", "SearchCounts", "recomme
 
 
 def _upper_load(request: FleetRequest, s: Screened) -> float:
-    if request.workload.request_rate_per_s is not None:
-        return s.rate_upper_per_s / max(1, request.workload.turns)
-    return float(2 * s.plan.settings.max_num_seqs)
+    """The most load one replica could take: requests/s (sessions/s) from the rate bound,
+    or for a closed loop the users that bound keeps busy within the SLO (Little's law:
+    users = requests/s x time per request, at most TTFT + output x TPOT)."""
+    w = request.workload
+    if w.request_rate_per_s is not None:
+        return s.rate_upper_per_s / max(1, w.turns)
+    ttft_s, tpot_s = request.slo.slo.ttft_s, request.slo.slo.tpot_s
+    if ttft_s is None or tpot_s is None:
+        return float(MAX_CONCURRENCY)
+    per_request_s = ttft_s + w.output_len.mean * tpot_s
+    return min(float(MAX_CONCURRENCY), max(1.0, s.rate_upper_per_s * per_request_s))
 
 
 def evaluate(
