@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from servefit.cli.options import build_deployment, deployment_options
+from servefit.cli.options import build_deployment, deployment_options, task_options
 from servefit.cli.output import EXIT_DOES_NOT_FIT, EXIT_OK, console, emit_json, fail
 from servefit.cli.types import FINITE_FLOAT
 from servefit.errors import ServefitError
@@ -25,12 +25,7 @@ from servefit.errors import ServefitError
     show_default=True,
     help="Fraction of the time replicas serve at the predicted throughput.",
 )
-@click.option(
-    "--requests-per-task",
-    type=FINITE_FLOAT,
-    help="Requests one task takes [1; an agent session's turns with --turns].",
-)
-@click.option("--success-rate", type=FINITE_FLOAT, default=1.0, show_default=True)
+@task_options
 @click.option("--requests-per-day", type=FINITE_FLOAT, help="Your volume: GPU-hours and $ per day.")
 @click.option("--api", "api_name", help="Compare with a per-token API from the price catalog.")
 @click.option(

@@ -181,11 +181,46 @@ WORKLOAD_OPTIONS = [
 
 _WORKLOAD_PARAMS = ("input_len", "output_len", "concurrency", "request_rate", "prefix_len", "turns")
 
+# what a successful task is: `cost` and `report` (checked by core.cost.check_task_terms)
+TASK_OPTIONS = [
+    click.option(
+        "--requests-per-task",
+        type=FINITE_FLOAT,
+        help="Requests one task takes [1; an agent session's turns with --turns].",
+    ),
+    click.option("--success-rate", type=FINITE_FLOAT, default=1.0, show_default=True),
+]
+
 hardware_options = _apply(HARDWARE_OPTIONS)
+task_options = _apply(TASK_OPTIONS)
 model_source_options = _apply(MODEL_SOURCE_OPTIONS)
 serve_options = _apply(SERVE_OPTIONS)
 target_options = _apply(TARGET_OPTIONS)
 workload_options = _apply(WORKLOAD_OPTIONS)
+
+
+def scaling_options(num_gpus_help: str) -> Decorator:
+    """``--num-gpus N`` (what it does is the command's), ``--gpus-per-node`` and
+    ``--objective``: the TP x PP x DP layout search of ``plan`` and ``deploy``."""
+    return _apply(
+        [
+            click.option("--num-gpus", type=int, help=num_gpus_help),
+            click.option(
+                "--gpus-per-node",
+                type=int,
+                default=8,
+                show_default=True,
+                help="Scaling: GPUs per node.",
+            ),
+            click.option(
+                "--objective",
+                type=click.Choice(["throughput", "latency"]),
+                default="throughput",
+                show_default=True,
+                help="Scaling: what the best layout maximises (meeting the SLO flags first).",
+            ),
+        ]
+    )
 
 
 def deployment_options(command: Any) -> Any:

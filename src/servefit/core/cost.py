@@ -65,6 +65,15 @@ class ApiPrice:
         ) / 1e6
 
 
+def check_task_terms(requests_per_task: float | None, success_rate: float) -> None:
+    """What a successful task is: ``--requests-per-task`` >= 1, ``--success-rate`` in (0, 1]
+    (``cost`` and ``report`` take both)."""
+    if not 0 < success_rate <= 1:
+        raise InvalidArgumentError(f"--success-rate must be in (0, 1], got {success_rate}")
+    if requests_per_task is not None and requests_per_task < 1:
+        raise InvalidArgumentError("--requests-per-task must be >= 1")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CostInputs:
     usd_per_gpu_hour: float
@@ -90,10 +99,7 @@ class CostInputs:
             )
         if not 0 < self.utilization <= 1:
             raise InvalidArgumentError(f"--utilization must be in (0, 1], got {self.utilization}")
-        if not 0 < self.success_rate <= 1:
-            raise InvalidArgumentError(f"--success-rate must be in (0, 1], got {self.success_rate}")
-        if self.requests_per_task < 1:
-            raise InvalidArgumentError("--requests-per-task must be >= 1")
+        check_task_terms(self.requests_per_task, self.success_rate)
         if self.requests_per_session < 1:
             raise InvalidArgumentError("--turns (requests per session) must be >= 1")
         if self.prefill_share is None and self.prefill_s_per_request is None:
