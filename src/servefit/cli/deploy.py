@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from servefit.cli.options import build_deployment, deployment_options
+from servefit.cli.options import build_deployment, deployment_options, scaling_options
 from servefit.cli.output import EXIT_DOES_NOT_FIT, fail
 from servefit.errors import InvalidArgumentError, ServefitError
 
@@ -40,20 +40,8 @@ def _split(text: str | None) -> tuple[int, int] | None:
 )
 @click.option("--image", help="Server image [vllm/vllm-openai at the planned vLLM version].")
 @click.option("--replicas", type=int, default=1, show_default=True, help="Replicas to run.")
-@click.option(
-    "--num-gpus",
-    type=int,
-    help="Scaling: deploy the best TP x PP x DP layout of N GPUs (its DP becomes replicas).",
-)
-@click.option(
-    "--gpus-per-node", type=int, default=8, show_default=True, help="Scaling: GPUs per node."
-)
-@click.option(
-    "--objective",
-    type=click.Choice(["throughput", "latency"]),
-    default="throughput",
-    show_default=True,
-    help="Scaling: what the best layout maximises (meeting the SLO flags first).",
+@scaling_options(
+    "Scaling: deploy the best TP x PP x DP layout of N GPUs (its DP becomes replicas)."
 )
 @click.option(
     "--hf-token-secret",

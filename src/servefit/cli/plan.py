@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from servefit.cli.options import build_deployment, deployment_options
+from servefit.cli.options import build_deployment, deployment_options, scaling_options
 from servefit.cli.output import console, emit_json, fail, verdict_exit
 from servefit.errors import ServefitError
 
@@ -21,17 +21,7 @@ from servefit.errors import ServefitError
     show_default=True,
     help="Predict TTFT, decode rate and throughput for the workload.",
 )
-@click.option("--num-gpus", type=int, help="Scaling: find the best TP x PP x DP layout of N GPUs.")
-@click.option(
-    "--gpus-per-node", type=int, default=8, show_default=True, help="Scaling: GPUs per node."
-)
-@click.option(
-    "--objective",
-    type=click.Choice(["throughput", "latency"]),
-    default="throughput",
-    show_default=True,
-    help="Scaling: what the best layout maximises (meeting the SLO flags first).",
-)
+@scaling_options("Scaling: find the best TP x PP x DP layout of N GPUs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the versioned JSON document.")
 @click.option("--save", is_flag=True, help="Record this plan in the run history.")
 @click.option(
