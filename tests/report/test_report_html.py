@@ -1,6 +1,10 @@
-"""servefit report end to end: a real benchmark against the null server, recorded GPU
-samples, and the HTML report opened in a real headless Chromium (Debian's package, driven
-by Playwright): no console errors, every plot rendered, the key numbers in the DOM."""
+"""servefit report end to end: a real benchmark against the null server (agent sessions,
+cold then warm with ``--prefix-cache-compare``), recorded GPU samples, and the HTML report
+opened in a real headless Chromium (Debian's package, driven by Playwright): no console
+errors, every plot rendered, the key numbers in the DOM, the embedded JSON read back by
+``JSON.parse``. The null server serves the name ``servefit-null``: the reports that read it
+as the planned model declare that alias (``--served-model-name``); without it the report
+says the measurement is not this model (the evidence check)."""
 
 from __future__ import annotations
 
@@ -47,7 +51,8 @@ def _cli(*args: str, timeout: int = 180) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def bench_dir(tmp_path_factory) -> Path:
-    """A real `servefit bench` run (agent sessions) against a real `servefit null-server`."""
+    """A real `servefit bench` run (agent sessions, cold and warm) against a real
+    `servefit null-server`."""
     port = _free_port()
     server = subprocess.Popen(
         [*CLI, "null-server", "--port", str(port), "--ttft-ms", "15", "--itl-ms", "4"],
@@ -78,6 +83,7 @@ def bench_dir(tmp_path_factory) -> Path:
             "4",
             "--num-requests",
             "8",
+            "--prefix-cache-compare",
             "--output",
             str(out),
             "--json",
@@ -105,6 +111,8 @@ REPORT_ARGS = (
     "4",
     "--concurrency",
     "4",
+    "--served-model-name",
+    "servefit-null",
 )
 
 
@@ -141,12 +149,30 @@ def test_markdown_has_the_checklist(report_files):
     ):
         assert section in md
     assert "measured" in md and "bandwidth-bound" in md
+    assert "| throughput | measured:" in md  # the economics from the bench's throughput
+
+
+def test_a_bench_of_another_model_is_a_finding_not_a_diagnosis(bench_dir, tmp_path):
+    """Without the alias the null server's `servefit-null` is not the planned Llama: the
+    diagnosis is that finding alone, and the economics stay predicted."""
+    out = tmp_path / "r.json"
+    _cli(*REPORT_ARGS[:-2], "--bench", str(bench_dir), "--format", "json", "-o", str(out))
+    doc = json.loads(out.read_text())
+    (finding,) = doc["diagnosis"]
+    assert finding["verdict"] == "not this model on this GPU"
+    assert (
+        "`servefit-null`" in finding["evidence"]
+        and "meta-llama/Llama-3.1-8B" in finding["evidence"]
+    )
+    assert doc["cost_basis"].startswith("predicted")
 
 
 def test_json_report_and_compare(report_files, tmp_path):
     doc = json.loads(report_files["json"].read_text())
     assert doc["schema_version"] == 1
     assert doc["measured"]["num_requests"] == 32  # 8 sessions x 4 turns, all completed
+    groups = {g["label"]: len(g["ttft_values_s"]) for g in doc["measured"]["groups"]}
+    assert groups == {"cold": 32, "warm": 32}  # --prefix-cache-compare: both runs' records
     assert len(doc["measured"]["turn_ttft_s"]) == 4
     assert doc["gpu"]["num_samples"] == 150
     other = tmp_path / "b.json"
@@ -181,6 +207,16 @@ def test_html_renders_in_headless_chromium(report_files):
                  shapes: e.querySelectorAll('rect,polyline,circle').length}))""",
         )
         text = page.inner_text("body")
+        embedded = page.evaluate(
+            "JSON.parse(document.getElementById('servefit-report').textContent)"
+        )
+        ticks = page.eval_on_selector_all(
+            "#chart-ttft .tick[text-anchor=end], #chart-tpot .tick[text-anchor=end]",
+            "els => els.map(e => e.textContent)",
+        )
+        legends = page.eval_on_selector_all(
+            "#chart-ttft .legend", "els => els.map(e => e.textContent)"
+        )
         browser.close()
     assert problems == []
     ids = {c["id"] for c in charts}
@@ -198,3 +234,6 @@ def test_html_renders_in_headless_chromium(report_files):
     assert doc["title"] in text
     assert f"{perf['output_throughput_tok_per_s']:,.0f} tok/s predicted" in text
     assert "bandwidth-bound" in text and "add batch" in text
+    assert embedded["title"] == doc["title"] and embedded["measured"] == doc["measured"]
+    assert legends == ["cold", "warm"]
+    assert ticks and all(t.isdigit() for t in ticks), ticks  # the y axes: whole requests

@@ -1,5 +1,5 @@
-"""The ``servefit report`` document and its builders: the measured section read from a bench
-run (``summary.json``, ``requests.jsonl``), the GPU section from NVML samples, the
+"""The ``servefit report`` document and its builders: the measured section (read from a bench
+run by :mod:`servefit.adapters.report_bench`), the GPU section from NVML samples, the
 diagnosis's observations and expectations, the workload's traits, :func:`build_report` and
 :func:`load_report` / :func:`dumps` (the JSON form). Rendered by
 :mod:`servefit.adapters.report_markdown`, :mod:`servefit.adapters.report_html` and
@@ -10,25 +10,29 @@ diagnosis's observations and expectations, the workload's traits, :func:`build_r
 from __future__ import annotations
 
 import json
+from dataclasses import field
 from pathlib import Path
 from typing import Any
-
-from pydantic import ValidationError
 
 from servefit import __version__
 from servefit.adapters.document import FrozenDoc
 from servefit.adapters.perf_document import CostSection
 from servefit.adapters.plan_document import PlanDocument
-from servefit.bench.metrics import latencies
-from servefit.bench.records import Outcome, RequestRecord
-from servefit.bench.runner import BenchResult
 from servefit.core.diagnosis import Expectations, Finding, Observations
 from servefit.core.workload import Workload
-from servefit.errors import ConfigError, DatasetError
+from servefit.errors import ConfigError
 from servefit.monitor.nvml import GpuSample
 
 SCHEMA_VERSION = 1
 MAX_SERIES_POINTS = 400
+
+
+class RecordGroup(FrozenDoc):
+    """The records of one phase of a ``--prefix-cache-compare`` run (cold, warm)."""
+
+    label: str
+    ttft_values_s: list[float]
+    tpot_values_s: list[float]
 
 
 class MeasuredSection(FrozenDoc):
@@ -48,6 +52,11 @@ class MeasuredSection(FrozenDoc):
     kv_usage_max: float | None
     waiting_max: float | None
     preemptions: float | None
+    served_model: str | None = None  # the bench summary's server identity
+    prompt_tokens_mean: float | None = None  # per successful request
+    output_tokens_mean: float | None = None
+    cached_tokens_mean: float | None = None  # None: the server did not say
+    groups: list[RecordGroup] = field(default_factory=list)  # cold and warm, when compared
 
 
 class GpuSeries(FrozenDoc):
@@ -86,83 +95,12 @@ class ReportDocument(FrozenDoc):
     gpu: GpuSection | None
     diagnosis: list[FindingSection]
     workload_traits: list[str]
+    # what the economics' throughput is: "measured (bench ...)" or "predicted ..."
+    cost_basis: str | None = None
 
 
 # ---------------------------------------------------------------------------------------
 # inputs
-
-
-def load_bench(directory: Path) -> tuple[BenchResult, list[RequestRecord]]:
-    """A ``servefit bench --output DIR`` run: ``summary.json`` and every record of
-    ``requests.jsonl``. Strict: the summary's figures come from all the records, so a line
-    that is not a record is an error naming the file and line (exit 2), never skipped."""
-    summary = directory / "summary.json"
-    try:
-        result = BenchResult.model_validate_json(summary.read_bytes())
-    except OSError as error:
-        raise DatasetError(f"--bench {directory}: no summary.json ({error.strerror})") from None
-    except ValueError as error:
-        raise DatasetError(
-            f"--bench {summary} is not a servefit bench summary: {_first_error(error)}"
-        ) from None
-    records = []
-    path = directory / "requests.jsonl"
-    if path.exists():
-        try:
-            text = path.read_bytes().decode("utf-8")
-        except OSError as error:
-            raise DatasetError(f"--bench {path}: cannot be read ({error.strerror})") from None
-        except UnicodeDecodeError as error:
-            raise DatasetError(
-                f"--bench {path}: not UTF-8 text (byte {error.start}); bench writes UTF-8 JSONL"
-            ) from None
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(RequestRecord.model_validate_json(line))
-            except ValueError as error:
-                raise DatasetError(
-                    f"--bench {path}:{n} is not a request record: {_first_error(error)}"
-                ) from None
-    return result, records
-
-
-def _first_error(error: ValueError) -> str:
-    """A pydantic error as one line: ``field: message`` of its first problem."""
-    if isinstance(error, ValidationError) and error.errors():
-        first = error.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in first["loc"])
-        return f"{where}: {first['msg']}" if where else first["msg"]
-    return str(error).splitlines()[0]
-
-
-def measured_section(
-    result: BenchResult, records: list[RequestRecord], source: str
-) -> MeasuredSection:
-    s = result.summary
-    ok = [r for r in records if r.outcome is Outcome.OK and not r.is_warmup]
-    per_request = [latencies(r) for r in ok]  # the simulator's formulas (core.metrics)
-    ttfts = [v.ttft_s for v in per_request if v.ttft_s is not None]
-    tpots = [v.tpot_s for v in per_request if v.tpot_s is not None]
-    return MeasuredSection(
-        source=source,
-        num_requests=s.successful,
-        errored=s.errored,
-        concurrency=s.achieved_concurrency,
-        ttft_s=s.ttft_s.mean,
-        ttft_p99_s=s.ttft_s.p99,
-        tpot_s=s.tpot_s.mean,
-        decode_tok_per_s=1 / s.tpot_s.mean if s.tpot_s.mean else None,
-        output_throughput_tok_per_s=s.output_throughput_tok_per_s,
-        request_throughput_per_s=s.request_throughput_per_s,
-        ttft_values_s=ttfts,
-        tpot_values_s=tpots,
-        turn_ttft_s=[t.ttft_s_mean for t in result.turns if t.ttft_s_mean is not None],
-        kv_usage_max=result.server_peaks.get("kv_cache_usage"),
-        waiting_max=result.server_peaks.get("requests_waiting"),
-        preemptions=result.server_metrics.get("preemptions"),
-    )
 
 
 def _downsample(values: list[Any]) -> list[Any]:
@@ -261,6 +199,7 @@ def build_report(
     gpu: GpuSection | None,
     findings: tuple[Finding, ...],
     workload: Workload,
+    cost_basis: str | None = None,
 ) -> ReportDocument:
     return ReportDocument(
         schema_version=SCHEMA_VERSION,
@@ -277,6 +216,7 @@ def build_report(
             for f in findings
         ],
         workload_traits=workload_traits(workload),
+        cost_basis=cost_basis,
     )
 
 

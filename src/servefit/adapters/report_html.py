@@ -1,7 +1,7 @@
 """``servefit report --format html``: one self-contained HTML file -- the checklist, inline
 SVG plots (:mod:`servefit.adapters.svg`: memory, latency vs throughput, agent turns, TTFT and
 TPOT distributions, GPU activity) and the diagnosis, with the report document embedded as
-JSON. Works offline, no scripts."""
+JSON (``JSON.parse`` reads it back). Works offline, no scripts."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ CSS = "".join(
     ".chart .outline{stroke:#6b7280}"
     ".finding{border-left:4px solid #2563eb;padding:6px 10px;margin:8px 0;background:#f9fafb}"
     ".finding b{font-weight:600}"
+    ".finding.mismatch{border-left-color:#dc2626;background:#fef2f2}"
     ".muted{color:#6b7280}"
     ".grid2{display:grid;grid-template-columns:1fr 1fr;gap:12px}"
 )
@@ -94,11 +95,16 @@ def _charts(doc: ReportDocument) -> list[str]:
                 )
             )
     if doc.measured is not None:
+        meas = doc.measured
+        # a --prefix-cache-compare run: its cold and warm records, labelled, on shared bins
+        groups = [(g.label, g.ttft_values_s, g.tpot_values_s) for g in meas.groups] or [
+            ("measured", meas.ttft_values_s, meas.tpot_values_s)
+        ]
         charts.append(
             svg.histogram(
                 "chart-ttft",
                 "Measured TTFT distribution",
-                [v * 1e3 for v in doc.measured.ttft_values_s],
+                [(label, [v * 1e3 for v in ttft]) for label, ttft, _ in groups],
                 x_label="TTFT (ms)",
             )
         )
@@ -106,7 +112,7 @@ def _charts(doc: ReportDocument) -> list[str]:
             svg.histogram(
                 "chart-tpot",
                 "Measured TPOT distribution",
-                [v * 1e3 for v in doc.measured.tpot_values_s],
+                [(label, [v * 1e3 for v in tpot]) for label, _, tpot in groups],
                 x_label="time per output token (ms)",
             )
         )
@@ -133,6 +139,14 @@ def _charts(doc: ReportDocument) -> list[str]:
     return charts
 
 
+def embedded_json(text: str) -> str:
+    """JSON safe inside ``<script type="application/json">`` and still JSON: a script's
+    text is raw (no entities are decoded), so HTML-escaping would break ``JSON.parse``; only
+    the sequences that end or comment the script are escaped, as JSON escapes (``<\\/`` and
+    ``\\u003c!--``, which occur only inside JSON strings)."""
+    return text.replace("</", "<\\/").replace("<!--", "\\u003c!--")
+
+
 def render_html(doc: ReportDocument) -> str:
     body = [
         f"<h1>{escape(doc.title)}</h1>",
@@ -157,13 +171,14 @@ def render_html(doc: ReportDocument) -> str:
             body += [c for c in charts if 'id="chart-gpu' in c]
     body.append("<h2>Diagnosis</h2>")
     body += [
-        f'<div class="finding"><b>{escape(f.verdict)}</b> '
+        f'<div class="finding{" mismatch" if f.phase == "evidence" else ""}">'
+        f"<b>{escape(f.verdict)}</b> "
         f"({escape(f.phase)}): {escape(f.evidence)}.<br>"
         f"<i>Remedy</i>: {escape(f.remedy)}.</div>"
         for f in doc.diagnosis
     ]
     body.append(f"<h2>Command</h2><pre>{escape(doc.plan.vllm_command)}</pre>")
-    data = escape(doc.model_dump_json())
+    data = embedded_json(doc.model_dump_json())
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         f"<title>{escape(doc.title)}</title><style>{CSS}</style></head><body>"

@@ -5,8 +5,15 @@ the number formats they share."""
 from __future__ import annotations
 
 from servefit.adapters.report_document import ReportDocument
+from servefit.core.diagnosis import Verdict
 
 GIB = 2**30
+MISMATCH = Verdict.MISMATCH.value
+
+
+def evidence_fails(doc: ReportDocument) -> bool:
+    """The measurement is not the planned deployment (the evidence check's finding)."""
+    return any(f.verdict == MISMATCH for f in doc.diagnosis)
 
 
 def ms(v: float | None) -> str:
@@ -85,6 +92,14 @@ def checklist_rows(doc: ReportDocument) -> dict[str, list[tuple[str, str]]]:
             ),
             ("efficiency profile", perf.efficiency_profile),
         ]
+        if meas is not None and evidence_fails(doc):
+            sections["Performance"].insert(
+                0,
+                (
+                    "measured evidence",
+                    f"{MISMATCH}: the measured figures are shown, not diagnosed (see Diagnosis)",
+                ),
+            )
         scaling = [
             (
                 "batching",
@@ -133,6 +148,12 @@ def checklist_rows(doc: ReportDocument) -> dict[str, list[tuple[str, str]]]:
                 f"${c.usd_per_million_input_tokens:,.3f} per 1M input, "
                 f"${c.usd_per_million_output_tokens:,.3f} per 1M output",
             ),
-            ("per successful task", f"${c.usd_per_successful_task:,.5f}"),
+            (
+                "per successful task",
+                f"${c.usd_per_successful_task:,.5f}"
+                + "".join(f" ({a})" for a in c.assumptions if a.startswith("a task takes")),
+            ),
         ]
+        if doc.cost_basis:
+            sections["Economics"].insert(0, ("throughput", doc.cost_basis))
     return sections

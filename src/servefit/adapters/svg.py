@@ -59,23 +59,52 @@ class _Scale:
         return [self.lo + i * step for i in range(n + 1)]
 
 
-def _axes(xs: _Scale, ys: _Scale) -> str:
+def integer_ticks(top: int, n: int = 5) -> list[int]:
+    """Whole-number ticks from 0 covering ``top`` (counts: no "2.5 requests"), at most
+    about ``n`` steps of 1, 2 or 5 x a power of ten."""
+    step = 1
+    while math.ceil(max(top, 1) / step) > n:
+        for factor in (2, 5 / 2, 2):  # 1 -> 2 -> 5 -> 10 -> 20 -> 50 ...
+            step = round(step * factor)
+            if math.ceil(max(top, 1) / step) <= n:
+                break
+    return list(range(0, step * math.ceil(max(top, 1) / step) + 1, step))
+
+
+def distinct_labels(values: Sequence[float]) -> list[str]:
+    """``values`` as labels with the fewest decimals that keep neighbours apart (bin edges
+    21.2, 21.4 ... are not all "21")."""
+    labels = [_fmt(v) for v in values]
+    digits = 0
+    while len(set(labels)) < len(set(values)) and digits < 6:
+        labels = [f"{v:,.{digits}f}" for v in values]
+        digits += 1
+    return labels
+
+
+def _axes(
+    xs: _Scale,
+    ys: _Scale,
+    *,
+    x_ticks: Sequence[tuple[float, str]] | None = None,
+    y_ticks: Sequence[tuple[float, str]] | None = None,
+) -> str:
     parts = []
-    for t in ys.ticks():
+    for t, label in y_ticks if y_ticks is not None else [(t, _fmt(t)) for t in ys.ticks()]:
         y = ys(t)
         if MARGIN_T - 1 <= y <= HEIGHT - MARGIN_B + 1:
             parts.append(
                 f'<line x1="{MARGIN_L}" x2="{WIDTH - MARGIN_R}" y1="{y:.1f}" y2="{y:.1f}" '
                 'class="grid"/>'
                 f'<text x="{MARGIN_L - 6}" y="{y + 4:.1f}" text-anchor="end" class="tick">'
-                f"{_fmt(t)}</text>"
+                f"{escape(label)}</text>"
             )
-    for t in xs.ticks():
+    for t, label in x_ticks if x_ticks is not None else [(t, _fmt(t)) for t in xs.ticks()]:
         x = xs(t)
         if MARGIN_L - 1 <= x <= WIDTH - MARGIN_R + 1:
             parts.append(
                 f'<text x="{x:.1f}" y="{HEIGHT - MARGIN_B + 16}" text-anchor="middle" '
-                f'class="tick">{_fmt(t)}</text>'
+                f'class="tick">{escape(label)}</text>'
             )
     parts.append(
         f'<line x1="{MARGIN_L}" x2="{MARGIN_L}" y1="{MARGIN_T}" y2="{HEIGHT - MARGIN_B}" '
@@ -133,25 +162,49 @@ def line_chart(
 
 
 def histogram(
-    chart_id: str, title: str, values: Sequence[float], *, x_label: str, bins: int = 20
+    chart_id: str,
+    title: str,
+    series: Sequence[tuple[str, Sequence[float]]],
+    *,
+    x_label: str,
+    bins: int = 20,
 ) -> str:
-    if not values:
-        values = [0.0]
+    """Counts per bin, one bar per series in each bin (cold and warm side by side), over
+    the same bin edges. The y axis counts whole requests; the x ticks are bin edges, labelled
+    with the precision that keeps them apart."""
+    values = [v for _, vs in series for v in vs] or [0.0]
     lo, hi = min(values), max(values)
     width = (hi - lo) / bins or 1.0
-    counts = [0] * bins
-    for v in values:
-        counts[min(int((v - lo) / width), bins - 1)] += 1
+    counts = []
+    for _, vs in series:
+        c = [0] * bins
+        for v in vs:
+            c[min(int((v - lo) / width), bins - 1)] += 1
+        counts.append(c)
+    y_ticks = integer_ticks(max((n for c in counts for n in c), default=0))
     xs = _Scale(lo, lo + width * bins, MARGIN_L, WIDTH - MARGIN_R)
-    ys = _Scale(0, max(counts) * 1.1, HEIGHT - MARGIN_B, MARGIN_T + 16)
-    body = [_axes(xs, ys)]
-    for i, c in enumerate(counts):
-        x0, x1 = xs(lo + i * width), xs(lo + (i + 1) * width)
-        y = ys(c)
-        body.append(
-            f'<rect x="{x0 + 1:.1f}" y="{y:.1f}" width="{max(x1 - x0 - 2, 1):.1f}" '
-            f'height="{HEIGHT - MARGIN_B - y:.1f}" fill="{PALETTE[0]}"/>'
+    ys = _Scale(0, y_ticks[-1], HEIGHT - MARGIN_B, MARGIN_T + 16)
+    edges = [lo + i * width for i in range(0, bins + 1, max(1, bins // 5))]
+    body = [
+        _axes(
+            xs,
+            ys,
+            x_ticks=list(zip(edges, distinct_labels(edges), strict=True)),
+            y_ticks=[(t, str(t)) for t in y_ticks],
         )
+    ]
+    share = 1 / max(len(series), 1)
+    for j, c in enumerate(counts):
+        for i, n in enumerate(c):
+            x0, x1 = xs(lo + (i + j * share) * width), xs(lo + (i + (j + 1) * share) * width)
+            y = ys(n)
+            body.append(
+                f'<rect x="{x0 + 1:.1f}" y="{y:.1f}" width="{max(x1 - x0 - 2, 1):.1f}" '
+                f'height="{HEIGHT - MARGIN_B - y:.1f}" fill="{PALETTE[j % len(PALETTE)]}">'
+                f"<title>{escape(series[j][0])}: {n}</title></rect>"
+            )
+    if len(series) > 1:
+        body.append(_legend([name for name, _ in series]))
     return _frame(title, x_label, "requests", "".join(body), chart_id)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from servefit.cli.history import history_options, record_quietly
-from servefit.cli.options import build_deployment, deployment_options
+from servefit.cli.options import build_deployment, deployment_options, task_options
 from servefit.cli.output import fail
 from servefit.cli.types import POSITIVE_FLOAT
 from servefit.errors import InvalidArgumentError, ServefitError
@@ -28,7 +28,13 @@ from servefit.errors import InvalidArgumentError, ServefitError
     type=click.Path(dir_okay=False),
     help="GPU samples (`bench --monitor`) [DIR/gpu_samples.jsonl when present].",
 )
+@click.option(
+    "--served-model-name",
+    help="The alias the benchmarked server serves the model as (vLLM's "
+    "--served-model-name): the bench must have served it, or the model's id or name.",
+)
 @click.option("--usd-per-gpu-hour", type=POSITIVE_FLOAT, help="Economics: price [catalog default].")
+@task_options
 @click.option(
     "--compare",
     "compare_files",
@@ -49,7 +55,10 @@ def report(
     model: str | None,
     bench_dir: str | None,
     gpu_samples: str | None,
+    served_model_name: str | None,
     usd_per_gpu_hour: float | None,
+    requests_per_task: float | None,
+    success_rate: float,
     compare_files: tuple[str, str] | None,
     fmt: str,
     output: str | None,
@@ -58,11 +67,19 @@ def report(
     **flags: Any,
 ) -> None:
     """The five-minute checklist for MODEL on GPU: model, memory, workload, performance
-    (predicted and measured), scaling, economics, and the bottleneck diagnosis."""
+    (predicted and measured), scaling, economics, and the bottleneck diagnosis. A bench
+    whose server named another model, or whose figures exceed this GPU's rooflines, is
+    reported as not this deployment instead of diagnosed; otherwise the economics use its
+    measured throughput."""
     from servefit.adapters import report as rep
 
     inputs = {"model": model, "bench_dir": bench_dir, "gpu_samples": gpu_samples, **flags}
     inputs.update(usd_per_gpu_hour=usd_per_gpu_hour, format=fmt, output=output)
+    inputs.update(
+        served_model_name=served_model_name,
+        requests_per_task=requests_per_task,
+        success_rate=success_rate,
+    )
     doc = None
     try:
         if compare_files:
@@ -79,7 +96,12 @@ def report(
             doc = report_deployment(
                 build_deployment(model, flags),
                 ReportRequest(
-                    bench_dir=bench_dir, gpu_samples=gpu_samples, usd_per_gpu_hour=usd_per_gpu_hour
+                    bench_dir=bench_dir,
+                    gpu_samples=gpu_samples,
+                    usd_per_gpu_hour=usd_per_gpu_hour,
+                    requests_per_task=requests_per_task,
+                    success_rate=success_rate,
+                    served_model_name=served_model_name,
                 ),
             )
             text = {"md": rep.render_markdown, "html": rep.render_html, "json": rep.dumps}[fmt](doc)

@@ -16,12 +16,20 @@ Rules, in order (several may hold at once):
 - **interconnect-bound**: tensor-parallel all-reduces take >= 25 % of a step;
 - **slower than predicted** (measured > 1.5 x predicted) with clocks below their
   maximum or power at its limit: throttling; otherwise a setting to check.
+
+Remedies are worded for the GPU planned: fp8 (weights, compute, KV cache) only where the
+GPU has fp8 tensor cores (NVIDIA compute capability >= 8.9, or a catalog fp8 peak on other
+vendors), with that GPU's own fp8 / 16-bit ratio. A measurement that cannot be the planned
+deployment never reaches these rules (:mod:`servefit.core.evidence`); a roofline fraction
+that overshoots 100 % within the measurement tolerance reads "at the roofline".
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+
+from servefit.core.hardware import GpuSpec
 
 DECODE_BANDWIDTH_FRACTION = 0.5
 PREFILL_COMPUTE_FRACTION = 0.35
@@ -43,6 +51,7 @@ class Verdict(StrEnum):
     INTERCONNECT = "interconnect-bound"
     SLOWER = "slower than predicted"
     AS_PREDICTED = "as predicted"
+    MISMATCH = "not this model on this GPU"  # the evidence check (core.evidence)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,7 +91,56 @@ class Finding:
     remedy: str
 
 
-def diagnose(o: Observations, e: Expectations | None = None) -> tuple[Finding, ...]:
+def has_fp8_tensor_cores(gpu: GpuSpec) -> bool:
+    """fp8 matmuls in hardware: NVIDIA from compute capability 8.9 (Ada, Hopper, Blackwell);
+    other vendors when the catalog publishes an fp8 peak (MI300X)."""
+    if not gpu.fp8_flops_per_s:
+        return False
+    cc = gpu.compute_capability_tuple
+    return cc >= (8, 9) if gpu.vendor == "nvidia" and cc is not None else True
+
+
+def _fp8_speedup(gpu: GpuSpec) -> str:
+    base = gpu.bf16_flops_per_s or gpu.fp16_flops_per_s
+    if gpu.fp8_flops_per_s and base:
+        return f"{gpu.fp8_flops_per_s / base:.1f}x the 16-bit tensor throughput on {gpu.name}"
+    return f"fp8 tensor cores on {gpu.name}"
+
+
+def _roofline(fraction: float) -> str:
+    """A roofline fraction as the diagnosis states it: never above 100 % (the evidence check
+    lets up to 10 % over pass as measurement noise: that is "at the roofline")."""
+    return "at" if fraction >= 1 else f"at {fraction:.0%} of"
+
+
+def _weight_quant(gpu: GpuSpec | None) -> str:
+    if gpu is None or has_fp8_tensor_cores(gpu):
+        return "quantize weights (fp8, int4) and the KV cache (fp8)"
+    return f"quantize weights to int8 or int4 (AWQ, GPTQ: {gpu.name} has no fp8 tensor cores)"
+
+
+def _kv_remedy(gpu: GpuSpec | None) -> str:
+    if gpu is None or has_fp8_tensor_cores(gpu):
+        return "use --kv-cache-dtype fp8, "
+    return ""
+
+
+def _prefill_remedy(gpu: GpuSpec | None) -> str:
+    fp8 = ""
+    if gpu is None:
+        fp8 = "fp8 where the GPU has fp8 tensor cores, "
+    elif has_fp8_tensor_cores(gpu):
+        fp8 = f"fp8 ({_fp8_speedup(gpu)}), "
+    return (
+        "compute-bound prefill: prefix caching for shared prefixes and agent histories, "
+        f"{fp8}shorter prompts, or more GPUs (tensor parallel) for long prompts"
+    )
+
+
+def diagnose(
+    o: Observations, e: Expectations | None = None, *, gpu: GpuSpec | None = None
+) -> tuple[Finding, ...]:
+    """The findings, each remedy worded for ``gpu`` (None: generic wording)."""
     out: list[Finding] = []
     if (o.num_preemptions or 0) > 0 or (
         (o.waiting_mean or 0) > 0.5 and (o.kv_usage_max or 0) >= KV_FULL
@@ -95,7 +153,7 @@ def diagnose(o: Observations, e: Expectations | None = None) -> tuple[Finding, .
                 f"{(o.kv_usage_max or 0):.0%} full with {(o.waiting_mean or 0):.1f} requests "
                 "waiting on average",
                 remedy="the KV budget, not the weights, limits concurrency: cap --max-model-len "
-                "(or the context), check --max-num-seqs, use --kv-cache-dtype fp8, or add GPUs "
+                f"(or the context), check --max-num-seqs, {_kv_remedy(gpu)}or add GPUs "
                 "(tensor parallel) or replicas",
             )
         )
@@ -121,7 +179,7 @@ def diagnose(o: Observations, e: Expectations | None = None) -> tuple[Finding, .
         parts = []
         if o.decode_bandwidth_fraction is not None:
             parts.append(
-                f"decode reaches {o.decode_bandwidth_fraction:.0%} of the bandwidth roofline"
+                f"decode runs {_roofline(o.decode_bandwidth_fraction)} the bandwidth roofline"
             )
         if memory_busy:
             parts.append(
@@ -137,9 +195,9 @@ def diagnose(o: Observations, e: Expectations | None = None) -> tuple[Finding, .
                 verdict=Verdict.BANDWIDTH,
                 phase="decode",
                 evidence="; ".join(parts),
-                remedy="memory-bound decode: add batch (more concurrency), not FLOPs; quantize "
-                "weights (fp8, int4) and the KV cache (fp8); a faster-memory GPU or an MoE with "
-                "fewer active bytes per token",
+                remedy="memory-bound decode: add batch (more concurrency), not FLOPs; "
+                f"{_weight_quant(gpu)}; a faster-memory GPU or an MoE with fewer active bytes "
+                "per token",
             )
         )
     tensor_busy = o.tensor_active_pct is not None and o.tensor_active_pct >= BUSY_TENSOR_PCT
@@ -147,7 +205,7 @@ def diagnose(o: Observations, e: Expectations | None = None) -> tuple[Finding, .
         evidence = []
         if o.prefill_compute_fraction is not None:
             evidence.append(
-                f"prefill reaches {o.prefill_compute_fraction:.0%} of the compute roofline"
+                f"prefill runs {_roofline(o.prefill_compute_fraction)} the compute roofline"
             )
         if tensor_busy:
             evidence.append(f"tensor cores active {o.tensor_active_pct:.0f} %")
@@ -156,9 +214,7 @@ def diagnose(o: Observations, e: Expectations | None = None) -> tuple[Finding, .
                 verdict=Verdict.COMPUTE,
                 phase="prefill",
                 evidence="; ".join(evidence),
-                remedy="compute-bound prefill: prefix caching for shared prefixes and agent "
-                "histories, fp8 (twice the tensor throughput on Hopper), shorter prompts, or more "
-                "GPUs (tensor parallel) for long prompts",
+                remedy=_prefill_remedy(gpu),
             )
         )
     if e is not None and e.tensor_parallel_size > 1 and e.comm_share >= COMM_SHARE:
