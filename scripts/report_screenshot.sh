@@ -11,6 +11,7 @@ servefit bench http://127.0.0.1:18123 --workload agent --turns 4 --input-len 256
     --output-len 32 --concurrency 4 --num-requests 8 --output "$work/bench" --json >/dev/null
 servefit report meta-llama/Llama-3.1-8B --gpu H200 --max-model-len 8192 --input-len 512 \
     --prefix-len 256 --output-len 32 --turns 4 --concurrency 4 --bench "$work/bench" \
+    --served-model-name servefit-null \
     --gpu-samples tests/golden/gpu_traces/decode_bandwidth_bound.jsonl --format html \
     -o "$work/report.html"
 python3 - "$work/report.html" docs/report.png <<'PY'
