@@ -220,7 +220,7 @@ def test_embedded_json_parses_and_compare_titles_name_the_difference(
     block = re.search(r'<script type="application/json" id="servefit-report">(.*?)</script>', html)
     assert block is not None
     assert json.loads(block.group(1)) == json.loads(tricky.model_dump_json())
-    assert "&quot;" not in block.group(1)
+    assert "&quot;" not in block.group(1) and "<" not in block.group(1)
 
     settings = doc.plan.settings.model_copy(update={"max_num_seqs": 64})
     b = doc.model_copy(update={"plan": doc.plan.model_copy(update={"settings": settings})})

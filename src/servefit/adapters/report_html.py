@@ -141,10 +141,12 @@ def _charts(doc: ReportDocument) -> list[str]:
 
 def embedded_json(text: str) -> str:
     """JSON safe inside ``<script type="application/json">`` and still JSON: a script's
-    text is raw (no entities are decoded), so HTML-escaping would break ``JSON.parse``; only
-    the sequences that end or comment the script are escaped, as JSON escapes (``<\\/`` and
-    ``\\u003c!--``, which occur only inside JSON strings)."""
-    return text.replace("</", "<\\/").replace("<!--", "\\u003c!--")
+    text is raw (no entities are decoded), so HTML-escaping would break ``JSON.parse``.
+    ``<``, ``>`` and ``&`` become the JSON escapes ``\\u003c``, ``\\u003e``, ``\\u0026``
+    (as Django's ``json_script``): they occur only inside JSON strings, so the text parses
+    to the same document, and no ``</script>``, ``<!--`` or markup of a hostile model name
+    is left in the page."""
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def render_html(doc: ReportDocument) -> str:
