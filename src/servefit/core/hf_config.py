@@ -9,7 +9,8 @@ sliding-window, linear-attention, Mamba or MoE, and how wide each part is. A con
 This module is the entry point: the ``model_type`` -> parser table, the vision tower
 estimate and :func:`spec_from_hf_config`. The generic field mapping is in
 :mod:`servefit.core.hf_fields`; the parsers are in :mod:`servefit.core.hf_families`
-(attention-only decoders) and :mod:`servefit.core.hf_hybrid` (linear attention / Mamba).
+(attention-only decoders), :mod:`servefit.core.hf_hybrid` (linear attention / Mamba hybrids)
+and :mod:`servefit.core.hf_ssm` (pure Mamba-1/2, Granite-4.0-H).
 
 Pure: takes dictionaries, returns values. Reading files and the Hub is the adapters' job.
 """
@@ -45,6 +46,7 @@ from servefit.core.hf_fields import (
 )
 from servefit.core.hf_hybrid import NEMOTRON_H_SYMBOLS as NEMOTRON_H_SYMBOLS
 from servefit.core.hf_hybrid import parse_jamba, parse_nemotron_h, parse_qwen_hybrid
+from servefit.core.hf_ssm import parse_granite_hybrid, parse_mamba, parse_mamba2
 from servefit.core.model_spec import ModelSpec, VisionSpec
 from servefit.core.quant import quant_from_hf
 from servefit.core.weights import count_params
@@ -90,6 +92,10 @@ _FAMILIES: dict[str, Callable[[Fields, str], ModelSpec]] = {
     "qwen3_5_moe_text": parse_qwen_hybrid,
     "nemotron_h": parse_nemotron_h,
     "jamba": parse_jamba,
+    "mamba": parse_mamba,
+    "falcon_mamba": parse_mamba,
+    "mamba2": parse_mamba2,
+    "granitemoehybrid": parse_granite_hybrid,
 }
 
 SUPPORTED_MODEL_TYPES = tuple(sorted(_FAMILIES))

@@ -98,7 +98,11 @@ def _cache_settings(
         mla_block = MLA_BLOCK_SIZE_HOPPER
     elif cc is not None and cc[0] == 10:
         mla_block = MLA_BLOCK_SIZE_BLACKWELL
+    # Attention-free models (pure Mamba) default to no prefix caching in vLLM 0.32
+    # (ModelConfig.is_prefix_caching_supported is False for "attention_free"): one state
+    # block per request, and MambaModelConfig sets mamba_block_size to max_model_len.
     has_state = bool(spec.mixer_kinds & {MixerKind.LINEAR_ATTENTION, MixerKind.MAMBA})
+    has_state = has_state and spec.is_hybrid
     return CacheSettings(
         tp=r.tensor_parallel_size,
         kv_cache_dtype=r.kv_cache_dtype,

@@ -50,6 +50,7 @@ class WeightTensor:
     is_linear: bool = False
     layer_index: int | None = None  # decoder layer; None for embedding, head, final norm, vision
     shard_units: int = 0  # for KV_HEADS: the number of KV heads
+    dtype: str | None = None  # stored in this dtype whatever the model's (Mamba's float32 A)
 
 
 # Module names by family: the parts that differ between checkpoints.
@@ -76,6 +77,14 @@ NAMING: dict[str, dict[str, str]] = {
     "llama4": {"moe": "feed_forward", "mlp": "feed_forward", "router": "router"},
     "jamba": {"mamba": "mamba", "mlp": "feed_forward", "moe": "feed_forward", "router": "router"},
     "nemotron_h": {"attn": "mixer", "mamba": "mixer", "mlp": "mixer", "moe": "mixer"},
+    "mamba": {"mamba": "mixer"},
+    "granitemoehybrid": {
+        "mamba": "mamba",
+        "moe": "block_sparse_moe",
+        "mlp": "shared_mlp",
+        "router": "router.layer",
+        "shared": "shared_mlp",
+    },
 }
 
 
@@ -134,6 +143,7 @@ class TensorBuilder:
         shard: Shard,
         layer: int | None,
         shard_units: int = 0,
+        dtype: str | None = None,
     ) -> None:
         if count:
             self.tensors.append(
@@ -144,5 +154,6 @@ class TensorBuilder:
                     num_params=count,
                     layer_index=layer,
                     shard_units=shard_units,
+                    dtype=dtype,
                 )
             )

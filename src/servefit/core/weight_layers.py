@@ -144,6 +144,9 @@ def _gated_deltanet(
 
 
 def _mamba(b: TensorBuilder, p: str, h: int, m: MambaSpec, layer: int | None) -> None:
+    """vLLM's MambaMixer / MambaMixer2 parameters. ``A`` is created in float32 whatever the
+    model dtype (``nn.Parameter(torch.empty(..., dtype=torch.float32))``), so it is stored
+    and counted in bytes as float32."""
     role = Role.MIXER
     bias = m.has_proj_bias
     conv_bias = m.conv_dim if m.has_conv_bias else 0
@@ -157,7 +160,8 @@ def _mamba(b: TensorBuilder, p: str, h: int, m: MambaSpec, layer: int | None) ->
             shard=Shard.COLUMN,
             layer=layer,
         )
-        b.param(f"{p}.dt_bias+A_log+D", 3 * m.num_heads, role=role, shard=Shard.COLUMN, layer=layer)
+        b.param(f"{p}.dt_bias+D", 2 * m.num_heads, role=role, shard=Shard.COLUMN, layer=layer)
+        b.param(f"{p}.A", m.num_heads, role=role, shard=Shard.COLUMN, layer=layer, dtype="float32")
         b.param(f"{p}.norm", m.d_inner, role=Role.NORM, shard=Shard.COLUMN, layer=layer)
     else:
         b.linear(
@@ -188,12 +192,14 @@ def _mamba(b: TensorBuilder, p: str, h: int, m: MambaSpec, layer: int | None) ->
             bias=True,
         )
         b.param(
-            f"{p}.A_log+D",
-            m.d_inner * m.state_size + m.d_inner,
+            f"{p}.A",
+            m.d_inner * m.state_size,
             role=role,
             shard=Shard.COLUMN,
             layer=layer,
+            dtype="float32",
         )
+        b.param(f"{p}.D", m.d_inner, role=role, shard=Shard.COLUMN, layer=layer)
         if m.has_dt_norms:
             b.param(
                 f"{p}.dt_B_C_norms",

@@ -99,8 +99,10 @@ def count_params(spec: ModelSpec) -> ParamCounts:
 
 
 def tensor_bytes(spec: ModelSpec, t: WeightTensor) -> float:
-    """Bytes of one tensor group as stored: quantized linears in their format, the rest in
-    the model dtype."""
+    """Bytes of one tensor group as stored: quantized linears in their format, a tensor
+    with a dtype of its own (Mamba's float32 ``A``) in it, the rest in the model dtype."""
+    if t.dtype is not None:
+        return t.num_params * dtype_bytes(t.dtype)
     if t.is_linear and t.role not in (Role.ROUTER, Role.EMBEDDING, Role.VISION):
         if t.role is Role.LM_HEAD:
             # quantized only when a rule names it: vLLM builds lm_head without a quant method
