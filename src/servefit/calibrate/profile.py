@@ -4,6 +4,14 @@
 factors (GEMM, attention and memory efficiency) come from the file; the *engine's*
 overheads (per step, per sequence, per request, per MoE layer) stay those of the engine
 profile, because the synthetic step runs plain PyTorch, not the serving engine.
+
+A *device* calibration (``servefit calibrate --microbenchmarks-only``, ``scope`` "device")
+has no model steps: its factors are the microbenchmark ceilings over the datasheet (stream
+read / bandwidth, the best matmul in the dtype / peak, SDPA / peak) with no common scale
+fitted to a model's steps, so they are upper bounds (a real step reaches less than a square
+matmul or a stream). On a device without a datasheet (a CPU, Apple MPS, a GPU the catalog
+lacks) the measured ceilings *are* the device's bandwidth and peaks and the factors are 1:
+plans then run at the ceilings. ``step_overhead_s`` is the engine profile's (not measured).
 """
 
 from __future__ import annotations
@@ -71,7 +79,7 @@ class CalibrationDocument(FrozenDoc):
     servefit_version: str
     created_utc: str
     command: str
-    model: str
+    model: str | None  # None for a device calibration without a model
     dtype: str
     plan: str
     device: DeviceSection
@@ -79,8 +87,9 @@ class CalibrationDocument(FrozenDoc):
     measured: CeilingsSection
     points: list[PointSection]
     profile: ProfileSection
-    median_error_before: float
-    median_error_after: float
+    median_error_before: float | None  # None without model steps
+    median_error_after: float | None
+    scope: str = "model"  # "model": fitted to a model's steps; "device": microbenchmarks only
 
 
 def profile_section(p: EfficiencyProfile) -> ProfileSection:

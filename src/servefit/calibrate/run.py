@@ -9,6 +9,8 @@
    fixed step cost and one scale so the predicted steps match the measured ones;
 5. a versioned profile (:mod:`.profile`) that ``plan``, ``compare`` and ``cost`` accept
    with ``--calibration FILE``.
+
+``--microbenchmarks-only`` (:mod:`.device_only`) stops after step 2.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import datetime as _dt
 from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import replace as dataclass_replace
+from typing import Any
 
 from servefit import __version__
 from servefit.adapters.catalog import efficiency_table, gpu_catalog
@@ -46,7 +49,7 @@ from servefit.calibrate.profile import (
 from servefit.calibrate.synthetic import StepTiming, SyntheticModel, check_supported
 from servefit.core.calibration import Ceilings, StepPoint, fit_profile
 from servefit.core.hardware import GpuSpec
-from servefit.core.model_spec import AttentionSpec, DenseMlpSpec, ModelSpec, MoeSpec
+from servefit.core.model_spec import AttentionSpec, DenseMlpSpec, MlaSpec, ModelSpec, MoeSpec
 from servefit.core.ops import StepShape, model_coeffs
 from servefit.core.roofline import EfficiencyProfile, peak_flops_per_s, step_time
 from servefit.errors import CalibrationError, UnknownGpuError
@@ -79,7 +82,7 @@ class Plan:
         )
 
 
-def _datasheet(device: Device, gpu_name: str | None) -> GpuSpec | None:
+def datasheet_for(device: Device, gpu_name: str | None) -> GpuSpec | None:
     name = gpu_name or (device.name.removeprefix("NVIDIA ") if device.backend == "cuda" else None)
     if name is None:
         return None
@@ -91,56 +94,77 @@ def _datasheet(device: Device, gpu_name: str | None) -> GpuSpec | None:
         return None
 
 
-def _model_dtype(spec: ModelSpec, device: Device) -> str:
+def model_dtype(spec: ModelSpec, device: Device) -> str:
     if spec.dtype == "float32":
         return "fp32"
     return "fp16" if spec.dtype == "float16" else "bf16"
 
 
-def measure_ceilings(device: Device, spec: ModelSpec, plan: Plan) -> Ceilings:
+def native_dtype(device: Device) -> str:
+    """What a device without a model is measured in: fp32 on a CPU (without bf16 matrix
+    units it emulates bf16 slowly), bf16 where supported, else fp16."""
+    if device.backend == "cpu":
+        return "fp32"
+    return "bf16" if "bf16" in supported_matmul_dtypes(device) else "fp16"
+
+
+# The attention shape measured when the model has none (or there is no model): Llama-3.1-8B's.
+GENERIC_ATTENTION = (32, 8, 128)  # query heads, KV heads, head dim
+
+
+def attention_shape(spec: ModelSpec | None) -> tuple[int, int, int]:
+    """(query heads, KV heads, head dim) of the model's first softmax or MLA layer (MLA
+    prefill is expanded: one K per head of ``nope + rope``), or :data:`GENERIC_ATTENTION`."""
+    for layer in spec.layers if spec else ():
+        if isinstance(layer.mixer, AttentionSpec):
+            a = layer.mixer
+            return a.num_q_heads, a.num_kv_heads, a.head_dim
+        if isinstance(layer.mixer, MlaSpec):
+            m = layer.mixer
+            return m.num_heads, m.num_heads, m.qk_nope_head_dim + m.qk_rope_head_dim
+    return GENERIC_ATTENTION
+
+
+def measure_ceilings(device: Device, spec: ModelSpec | None, plan: Plan, dtype: str) -> Ceilings:
+    """The microbenchmarks, at the model's shapes (square matmuls and a generic attention
+    shape without a model); ``dtype`` is the model's (or the device's native one)."""
     read, copy = measure_bandwidth(device, plan.budget)
-    hidden = spec.hidden_size
     matmul: dict[str, float] = {}
-    for dtype in supported_matmul_dtypes(device):
+    for mm_dtype in supported_matmul_dtypes(device):
         best = 0.0
         for size in plan.budget.matmul_sizes:
             # the model's own projection width at a prefill-sized batch of tokens
-            best = max(best, measure_matmul(device, dtype, size, hidden, hidden, plan.budget))
-        matmul[dtype] = best
-    dtype = _model_dtype(spec, device)
+            k = spec.hidden_size if spec else size
+            best = max(best, measure_matmul(device, mm_dtype, size, k, k, plan.budget))
+        matmul[mm_dtype] = best
     projections: dict[str, float] = {}
-    width = _projection_width(spec)
-    for batch in (*plan.decode_batches, *plan.prefill_tokens):
-        key = f"{batch}x{hidden}x{width}"
-        projections[key] = measure_matmul(device, dtype, batch, hidden, width, plan.budget)
-    attention_layer = next(
-        (layer.mixer for layer in spec.layers if isinstance(layer.mixer, AttentionSpec)), None
+    if spec is not None:
+        hidden, width = spec.hidden_size, _projection_width(spec)
+        for batch in (*plan.decode_batches, *plan.prefill_tokens):
+            key = f"{batch}x{hidden}x{width}"
+            projections[key] = measure_matmul(device, dtype, batch, hidden, width, plan.budget)
+    heads, kv_heads, head_dim = attention_shape(spec)
+    attention = measure_attention(
+        device,
+        dtype,
+        batch=1,
+        heads=heads,
+        kv_heads=kv_heads,
+        q_len=max(plan.prefill_tokens),
+        kv_len=max(plan.prefill_tokens),
+        head_dim=head_dim,
+        budget=plan.budget,
     )
-    attention = 0.0
-    if attention_layer is not None:
-        attention = measure_attention(
-            device,
-            _model_dtype(spec, device),
-            batch=1,
-            heads=attention_layer.num_q_heads,
-            kv_heads=attention_layer.num_kv_heads,
-            q_len=max(plan.prefill_tokens),
-            kv_len=max(plan.prefill_tokens),
-            head_dim=attention_layer.head_dim,
-            budget=plan.budget,
-        )
-    decode_attention = 0.0
-    if attention_layer is not None:
-        decode_attention = measure_decode_attention(
-            device,
-            dtype,
-            batch=max(plan.decode_batches),
-            heads=attention_layer.num_q_heads,
-            kv_heads=attention_layer.num_kv_heads,
-            kv_len=plan.decode_context,
-            head_dim=attention_layer.head_dim,
-            budget=plan.budget,
-        )
+    decode_attention = measure_decode_attention(
+        device,
+        dtype,
+        batch=max(plan.decode_batches),
+        heads=heads,
+        kv_heads=kv_heads,
+        kv_len=plan.decode_context,
+        head_dim=head_dim,
+        budget=plan.budget,
+    )
     return Ceilings(
         decode_attention_bytes_per_s=decode_attention,
         projection_flops_per_s=projections,
@@ -153,12 +177,12 @@ def measure_ceilings(device: Device, spec: ModelSpec, plan: Plan) -> Ceilings:
 
 
 def _projection_width(spec: ModelSpec) -> int:
-    """The widest projection of the first layer: the fused gate/up of its MLP."""
-    mlp = spec.layers[0].mlp
+    """The widest projection of the first layer with an MLP: the fused gate/up."""
+    mlp = next((layer.mlp for layer in spec.layers if layer.mlp is not None), None)
     if isinstance(mlp, DenseMlpSpec):
         return mlp.intermediate_size * (2 if mlp.is_gated else 1)
     if isinstance(mlp, MoeSpec):
-        return 2 * mlp.expert_intermediate_size
+        return mlp.expert_intermediate_size * (2 if mlp.is_gated else 1)
     return spec.hidden_size
 
 
@@ -215,6 +239,37 @@ def scaled(gpu: GpuSpec, factor: float) -> GpuSpec:
     )
 
 
+def sections(
+    device: Device, datasheet: GpuSpec | None, gpu: GpuSpec, ceilings: Ceilings
+) -> dict[str, Any]:
+    """The document's device, datasheet and measured sections."""
+    torch = import_torch()
+    return {
+        "device": DeviceSection(
+            backend=device.backend,
+            name=device.name,
+            catalog_gpu=datasheet.name if datasheet else None,
+            compute_capability=device.compute_capability,
+            memory_bytes=device.memory_bytes,
+            torch_version=str(torch.__version__),
+        ),
+        "datasheet": DatasheetSection(
+            source=gpu.source,
+            memory_bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
+            peak_flops_per_s=peaks_of(gpu),
+        ),
+        "measured": CeilingsSection(
+            read_bandwidth_bytes_per_s=ceilings.read_bandwidth_bytes_per_s,
+            copy_bandwidth_bytes_per_s=ceilings.copy_bandwidth_bytes_per_s,
+            matmul_flops_per_s=ceilings.matmul_flops_per_s,
+            attention_flops_per_s=ceilings.attention_flops_per_s,
+            decode_attention_bytes_per_s=ceilings.decode_attention_bytes_per_s,
+            projection_flops_per_s=ceilings.projection_flops_per_s,
+            launch_overhead_s=ceilings.launch_overhead_s,
+        ),
+    }
+
+
 def run_calibration(
     spec: ModelSpec,
     start: EfficiencyProfile | None = None,
@@ -236,17 +291,20 @@ def run_calibration(
     plan = Plan.named(plan_name, layers)
     if clock is not None:
         plan = dataclass_replace(plan, budget=dataclass_replace(plan.budget, clock=clock))
+    dtype = model_dtype(spec, device)
     try:
-        ceilings = measure_ceilings(device, spec, plan)
+        ceilings = measure_ceilings(device, spec, plan, dtype)
         timings = measure_steps(device, spec, plan)
     except RuntimeError as error:  # out of memory, unsupported kernel
-        raise CalibrationError(f"calibration failed on {device.name}: {error}") from None
-    datasheet = _datasheet(device, gpu_name)
+        raise CalibrationError(
+            f"calibration failed on {device.name}: {error} (--layers builds fewer layers; "
+            "--microbenchmarks-only measures the device without building the model)"
+        ) from None
+    datasheet = datasheet_for(device, gpu_name)
     measured_gpu = measured_device_spec(device, ceilings)
     base = datasheet or measured_gpu
     if start is None:  # the engine's profile for this device's class: the starting point
         start = efficiency_table().for_gpu(base, engine)
-    dtype = _model_dtype(spec, device)
     m = model_coeffs(spec)
 
     def predict_s(profile: EfficiencyProfile, shape: StepShape, ceiling_scale: float) -> float:
@@ -265,7 +323,6 @@ def run_calibration(
         can_raise_ceilings=datasheet is None,
     )
     gpu = base if fit.ceiling_scale == 1.0 else scaled(base, fit.ceiling_scale)
-    torch = import_torch()
     return CalibrationDocument(
         schema_version=1,
         servefit_version=__version__,
@@ -274,28 +331,7 @@ def run_calibration(
         model=spec.name,
         dtype=dtype,
         plan=plan_name,
-        device=DeviceSection(
-            backend=device.backend,
-            name=device.name,
-            catalog_gpu=datasheet.name if datasheet else None,
-            compute_capability=device.compute_capability,
-            memory_bytes=device.memory_bytes,
-            torch_version=str(torch.__version__),
-        ),
-        datasheet=DatasheetSection(
-            source=gpu.source,
-            memory_bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
-            peak_flops_per_s=peaks_of(gpu),
-        ),
-        measured=CeilingsSection(
-            read_bandwidth_bytes_per_s=ceilings.read_bandwidth_bytes_per_s,
-            copy_bandwidth_bytes_per_s=ceilings.copy_bandwidth_bytes_per_s,
-            matmul_flops_per_s=ceilings.matmul_flops_per_s,
-            attention_flops_per_s=ceilings.attention_flops_per_s,
-            decode_attention_bytes_per_s=ceilings.decode_attention_bytes_per_s,
-            projection_flops_per_s=ceilings.projection_flops_per_s,
-            launch_overhead_s=ceilings.launch_overhead_s,
-        ),
+        **sections(device, datasheet, gpu, ceilings),
         points=[
             PointSection(
                 label=t.label,

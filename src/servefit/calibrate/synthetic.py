@@ -1,135 +1,135 @@
-"""A synthetic serving step for a real architecture: a stack of the model's own layer shapes
-with random weights, built directly on the device, with a static KV cache.
+"""A synthetic serving step for a real architecture: the model's own layer shapes with random
+weights, built directly on the device, over static caches (KV, MLA latent, recurrent state).
 
-Only as many layers as fit the time and memory budget are built; a step of the whole model
-is extrapolated as (time of the stack / layers built) x the model's layers + the LM head
-(timed on its own), and reports say so. Supported: softmax attention (MHA/GQA/MQA, sliding
-windows are run as full attention over the window) with dense or MoE MLPs. MLA, linear
-attention and Mamba layers are not built (the microbenchmarks still run).
+The model's layers fall into groups of identical layers (a hybrid has its linear-attention or
+Mamba layers and its attention layers; DeepSeek its dense and its MoE layers). At least one
+layer of every group is built, more while the budget of built layers allows, each timed on its
+own; a step of the whole model is extrapolated as the sum over groups of (time of the group's
+built layers / layers built) x the group's layers, plus the LM head (timed on its own), and
+reports say so. Every mixer servefit models is built: softmax attention (MHA/GQA/MQA, sliding
+windows and chunked attention reading only their window), MLA, Gated DeltaNet linear
+attention and Mamba-1/2 (:mod:`.layers`, :mod:`.recurrent`), with dense or MoE MLPs, or
+neither (Nemotron-H's mixer-only and MLP-only layers).
 
-The weights are random (``randn x 0.02``), never zeros; the KV cache holds random values
-(a decode step at context C attends C cached tokens, whatever they are).
+The weights are random (``randn x 0.02``), never zeros; the caches hold random values (a
+decode step at context C attends C cached tokens, whatever they are).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from servefit.calibrate.layers import Attention, Mla, Mlp, Moe, rand
 from servefit.calibrate.measure import Budget, Device, import_torch, time_s
-from servefit.core.model_spec import AttentionSpec, DenseMlpSpec, LayerSpec, ModelSpec, MoeSpec
+from servefit.calibrate.recurrent import GatedDeltaNet, Mamba
+from servefit.core.model_spec import (
+    AttentionSpec,
+    DenseMlpSpec,
+    LayerSpec,
+    LinearAttentionSpec,
+    MambaSpec,
+    MlaSpec,
+    ModelSpec,
+    MoeSpec,
+)
 from servefit.errors import InvalidArgumentError
-
-INIT_SCALE = 0.02
 
 
 def check_supported(spec: ModelSpec) -> None:
+    """Every layer kind servefit models has a synthetic stand-in; refuse, naming the layer and
+    what it lacks, only what the stack cannot build."""
     for i, layer in enumerate(spec.layers):
-        if not isinstance(layer.mixer, AttentionSpec):
-            kind = layer.mixer.kind.value if layer.mixer else "no mixer"
+        if layer.mixer is None and layer.mlp is None:
             raise InvalidArgumentError(
-                f"{spec.name}: layer {i} is {kind}; the synthetic step builds softmax-attention "
-                "layers with dense or MoE MLPs only (the microbenchmarks still apply)"
+                f"{spec.name}: layer {i} has neither a token mixer nor an MLP: nothing to "
+                "build; run `servefit calibrate --microbenchmarks-only` to measure the device"
+            )
+        known = (AttentionSpec, MlaSpec, LinearAttentionSpec, MambaSpec, type(None))
+        if not isinstance(layer.mixer, known) or not isinstance(
+            layer.mlp, (DenseMlpSpec, MoeSpec, type(None))
+        ):
+            raise InvalidArgumentError(
+                f"{spec.name}: layer {i} ({type(layer.mixer).__name__}, "
+                f"{type(layer.mlp).__name__}) has no synthetic stand-in; run `servefit "
+                "calibrate --microbenchmarks-only` to measure the device without a model"
             )
 
 
-def _rand(torch: Any, *shape: int, device: Any, dtype: Any) -> Any:
-    return torch.randn(*shape, device=device, dtype=dtype) * INIT_SCALE
+def layer_groups(spec: ModelSpec) -> list[tuple[LayerSpec, int]]:
+    """The model's distinct layers, in order of first appearance, with how many it has."""
+    counts = Counter(spec.layers)
+    return [(layer, counts[layer]) for layer in dict.fromkeys(spec.layers)]
+
+
+def built_per_group(spec: ModelSpec, num_layers: int) -> list[int]:
+    """Layers to build per group: one each, then the rest of ``num_layers`` spread in
+    proportion to the groups' sizes (never more than a group has)."""
+    groups = layer_groups(spec)
+    built = [1] * len(groups)
+    spare = max(0, min(num_layers, spec.num_layers) - len(groups))
+    while spare > 0:
+        # the group with the most layers per built layer gets the next one
+        i = max(
+            (j for j, (_, n) in enumerate(groups) if built[j] < n),
+            key=lambda j: groups[j][1] / built[j],
+        )
+        built[i] += 1
+        spare -= 1
+    return built
+
+
+def _norm(torch: Any, x: Any) -> Any:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
 
 
 class _Layer:
-    """One decoder layer: RMSNorm, fused QKV, SDPA over a static cache, O, norm, MLP."""
+    """One decoder layer: RMSNorm, mixer, residual, RMSNorm, MLP, residual."""
 
     def __init__(
         self, layer: LayerSpec, hidden: int, device: Device, dtype: Any, batch: int, ctx: int
     ) -> None:
-        torch = import_torch()
-        a = layer.mixer
-        assert isinstance(a, AttentionSpec)  # checked by check_supported
-        dev = device.torch_device
-        self.heads, self.kv_heads, self.head_dim = a.num_q_heads, a.num_kv_heads, a.head_dim
-        q_width = a.num_q_heads * a.head_dim
-        kv_width = a.num_kv_heads * a.head_dim
-        self.wqkv = _rand(torch, hidden, q_width + 2 * kv_width, device=dev, dtype=dtype)
-        self.wo = _rand(torch, q_width, hidden, device=dev, dtype=dtype)
-        shape = (batch, a.num_kv_heads, ctx, a.head_dim)
-        self.k_cache = _rand(torch, *shape, device=dev, dtype=dtype)
-        self.v_cache = _rand(torch, *shape, device=dev, dtype=dtype)
-        mlp = layer.mlp
-        self.moe: MoeSpec | None = mlp if isinstance(mlp, MoeSpec) else None
+        mixer, mlp = layer.mixer, layer.mlp
+        self.mixer: Attention | Mla | GatedDeltaNet | Mamba | None = None
+        if isinstance(mixer, AttentionSpec):
+            self.mixer = Attention(mixer, hidden, device, dtype, batch, ctx)
+        elif isinstance(mixer, MlaSpec):
+            self.mixer = Mla(mixer, hidden, device, dtype, batch, ctx)
+        elif isinstance(mixer, LinearAttentionSpec):
+            self.mixer = GatedDeltaNet(mixer, hidden, device, dtype, batch)
+        elif isinstance(mixer, MambaSpec):
+            self.mixer = Mamba(mixer, hidden, device, dtype, batch)
+        self.mlp: Mlp | Moe | None = None
         if isinstance(mlp, DenseMlpSpec):
-            width = mlp.intermediate_size
-            self.w_up = _rand(
-                torch, hidden, width * (2 if mlp.is_gated else 1), device=dev, dtype=dtype
-            )
-            self.w_down = _rand(torch, width, hidden, device=dev, dtype=dtype)
-            self.gated = mlp.is_gated
-        elif self.moe is not None:
-            e, width = self.moe.num_experts, self.moe.expert_intermediate_size
-            self.router = _rand(torch, hidden, e, device=dev, dtype=dtype)
-            self.w13 = _rand(torch, e, hidden, 2 * width, device=dev, dtype=dtype)
-            self.w2 = _rand(torch, e, width, hidden, device=dev, dtype=dtype)
-            shared = self.moe.shared_intermediate_size
-            self.shared_up = (
-                _rand(torch, hidden, 2 * shared, device=dev, dtype=dtype) if shared else None
-            )
-            self.shared_down = (
-                _rand(torch, shared, hidden, device=dev, dtype=dtype) if shared else None
-            )
-        self.norm = torch.ones(hidden, device=dev, dtype=dtype)
-
-    def _rms(self, x: Any) -> Any:
-        torch = import_torch()
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.norm
-
-    def _mlp(self, h: Any) -> Any:
-        torch = import_torch()
-        import torch.nn.functional as F  # noqa: N812
-
-        if self.moe is None:
-            up = h @ self.w_up
-            if self.gated:
-                gate, up = up.chunk(2, dim=-1)
-                up = F.silu(gate) * up
-            else:
-                up = F.relu(up).square()
-            return up @ self.w_down
-        flat = h.reshape(-1, h.shape[-1])
-        weights, experts = torch.topk(
-            torch.softmax(flat @ self.router, dim=-1), self.moe.num_experts_per_token
-        )
-        out = torch.zeros_like(flat)
-        for e in torch.unique(experts).tolist():
-            rows, slot = (experts == e).nonzero(as_tuple=True)
-            gate, up = (flat[rows] @ self.w13[e]).chunk(2, dim=-1)
-            y = (F.silu(gate) * up) @ self.w2[e]
-            out.index_add_(0, rows, y * weights[rows, slot].unsqueeze(-1))
-        if self.shared_up is not None:
-            gate, up = (flat @ self.shared_up).chunk(2, dim=-1)
-            out = out + (F.silu(gate) * up) @ self.shared_down
-        return out.reshape(h.shape)
+            self.mlp = Mlp(mlp, hidden, device, dtype)
+        elif isinstance(mlp, MoeSpec):
+            self.mlp = Moe(mlp, hidden, device, dtype)
 
     def forward(self, x: Any, start: int) -> Any:
-        """``x``: [batch, tokens, hidden]; tokens enter the cache at position ``start``."""
-        import torch.nn.functional as F  # noqa: N812
+        """``x``: [batch, tokens, hidden]; tokens enter the caches at position ``start``."""
+        torch = import_torch()
+        if self.mixer is not None:
+            x = x + self.mixer.forward(_norm(torch, x), start)
+        if self.mlp is not None:
+            x = x + self.mlp.forward(_norm(torch, x))
+        return x
 
-        b, t, _ = x.shape
-        qkv = self._rms(x) @ self.wqkv
-        qw, kw = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        q = qkv[..., :qw].view(b, t, self.heads, self.head_dim).transpose(1, 2)
-        k = qkv[..., qw : qw + kw].view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = qkv[..., qw + kw :].view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        self.k_cache[:b, :, start : start + t] = k
-        self.v_cache[:b, :, start : start + t] = v
-        attn = F.scaled_dot_product_attention(
-            q,
-            self.k_cache[:b, :, : start + t],
-            self.v_cache[:b, :, : start + t],
-            is_causal=t > 1 and start == 0,
-            enable_gqa=self.kv_heads != self.heads,
-        )
-        x = x + attn.transpose(1, 2).reshape(b, t, qw) @ self.wo
-        return x + self._mlp(self._rms(x))
+
+@dataclass(frozen=True, slots=True)
+class GroupTiming:
+    """One group of identical layers: its built layers' time, and how many it stands for."""
+
+    kind: str  # e.g. "linear_attention + MoE"
+    stack_s: float
+    layers_built: int
+    layers_total: int
+
+
+def group_kind(layer: LayerSpec) -> str:
+    mixer = layer.mixer.kind.value if layer.mixer else "no mixer"
+    mlp = "MoE" if isinstance(layer.mlp, MoeSpec) else ("MLP" if layer.mlp else "no MLP")
+    return f"{mixer} + {mlp}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,19 +139,32 @@ class StepTiming:
     batch: int
     tokens: int  # new tokens per sequence
     context: int  # cached tokens before the step
-    stack_s: float  # the built layers
+    groups: tuple[GroupTiming, ...]
     lm_head_s: float
-    layers_built: int
-    layers_total: int
+
+    @property
+    def stack_s(self) -> float:
+        """The built layers."""
+        return sum(g.stack_s for g in self.groups)
+
+    @property
+    def layers_built(self) -> int:
+        return sum(g.layers_built for g in self.groups)
+
+    @property
+    def layers_total(self) -> int:
+        return sum(g.layers_total for g in self.groups)
 
     @property
     def model_step_s(self) -> float:
-        """The whole model, extrapolated per layer."""
-        return self.stack_s / self.layers_built * self.layers_total + self.lm_head_s
+        """The whole model, extrapolated per layer within each group."""
+        return (
+            sum(g.stack_s / g.layers_built * g.layers_total for g in self.groups) + self.lm_head_s
+        )
 
 
 class SyntheticModel:
-    """``num_layers`` layers cycling through the model's own layer shapes."""
+    """``num_layers`` layers (at least one of each distinct layer of the model)."""
 
     def __init__(
         self, spec: ModelSpec, device: Device, *, num_layers: int, max_batch: int, max_ctx: int
@@ -166,15 +179,23 @@ class SyntheticModel:
             if device.backend == "cpu" and spec.dtype == "float32"
             else (torch.float16 if spec.dtype == "float16" else torch.bfloat16)
         )
-        count = min(num_layers, spec.num_layers)
-        self.layers = [
-            _Layer(spec.layers[i], spec.hidden_size, device, self.dtype, max_batch, max_ctx)
-            for i in range(count)
+        h = spec.hidden_size
+        self.groups = [
+            (
+                group_kind(layer),
+                total,
+                [_Layer(layer, h, device, self.dtype, max_batch, max_ctx) for _ in range(n)],
+            )
+            for (layer, total), n in zip(
+                layer_groups(spec), built_per_group(spec, num_layers), strict=True
+            )
         ]
-        self.lm_head = _rand(
-            torch, spec.hidden_size, spec.vocab_size, device=device.torch_device, dtype=self.dtype
-        )
+        self.lm_head = rand(torch, h, spec.vocab_size, device=device.torch_device, dtype=self.dtype)
         self.max_batch, self.max_ctx = max_batch, max_ctx
+
+    @property
+    def layers_built(self) -> int:
+        return sum(len(layers) for _, _, layers in self.groups)
 
     def time_step(
         self, *, batch: int, tokens: int, context: int, budget: Budget, label: str = ""
@@ -185,31 +206,32 @@ class SyntheticModel:
                 f"step {label}: batch {batch} x {context + tokens} tokens exceeds the cache "
                 f"({self.max_batch} x {self.max_ctx})"
             )
-        dev, h = self.device.torch_device, self.spec.hidden_size
-        xs = [
-            torch.randn(batch, tokens, h, device=dev, dtype=self.dtype)
-            for _ in range(budget.rotate)
-        ]
-        sampled = [
-            torch.randn(batch, h, device=dev, dtype=self.dtype) for _ in range(budget.rotate)
-        ]
+        dev, h, r = self.device.torch_device, self.spec.hidden_size, budget.rotate
+        xs = [torch.randn(batch, tokens, h, device=dev, dtype=self.dtype) for _ in range(r)]
+        sampled = [torch.randn(batch, h, device=dev, dtype=self.dtype) for _ in range(r)]
 
-        def stack(i: int) -> Any:
-            x = xs[i % budget.rotate]
-            with torch.inference_mode():
-                for layer in self.layers:
-                    x = layer.forward(x, context)
-            return x
+        def timed(fn: Any) -> float:
+            return time_s(
+                fn, self.device, warmup=budget.warmup, repeats=budget.repeats, clock=budget.clock
+            )
+
+        def stack_of(layers: list[_Layer]) -> Any:
+            def run(i: int) -> Any:
+                x = xs[i % r]
+                with torch.inference_mode():
+                    for layer in layers:
+                        x = layer.forward(x, context)
+                return x
+
+            return run
 
         def head(i: int) -> Any:
             with torch.inference_mode():
-                return sampled[i % budget.rotate] @ self.lm_head
+                return sampled[i % r] @ self.lm_head
 
-        stack_s = time_s(
-            stack, self.device, warmup=budget.warmup, repeats=budget.repeats, clock=budget.clock
-        )
-        head_s = time_s(
-            head, self.device, warmup=budget.warmup, repeats=budget.repeats, clock=budget.clock
+        groups = tuple(
+            GroupTiming(kind, timed(stack_of(layers)), len(layers), total)
+            for kind, total, layers in self.groups
         )
         return StepTiming(
             label=label or f"{'prefill' if tokens > 1 else 'decode'} b{batch} t{tokens} c{context}",
@@ -217,8 +239,6 @@ class SyntheticModel:
             batch=batch,
             tokens=tokens,
             context=context,
-            stack_s=stack_s,
-            lm_head_s=head_s,
-            layers_built=len(self.layers),
-            layers_total=self.spec.num_layers,
+            groups=groups,
+            lm_head_s=timed(head),
         )

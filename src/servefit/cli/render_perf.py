@@ -203,7 +203,8 @@ def render_calibration(doc: Any, console: Console, output: str | None) -> None:
     console.print(
         f"[bold]{d.name}[/] ({d.backend}"
         + (f", compute capability {d.compute_capability}" if d.compute_capability else "")
-        + f"), {doc.model} in {doc.dtype}, plan {doc.plan}; datasheet: "
+        + f"), {doc.model or 'no model (microbenchmarks only)'} in {doc.dtype}, plan "
+        + f"{doc.plan}; datasheet: "
         + (d.catalog_gpu or "none (the measured ceilings stand in)")
     )
     table = Table(title="Ceilings: measured vs datasheet", title_justify="left")
@@ -239,6 +240,22 @@ def render_calibration(doc: Any, console: Console, output: str | None) -> None:
         table.add_row(f"projection {shape}", f"{flops / 1e12:,.3f} TFLOP/s", "", "")
     table.add_row("kernel launch", f"{m.launch_overhead_s * 1e6:,.1f} us", "", "")
     console.print(table)
+    f = doc.profile
+    if doc.scope == "device":
+        console.print(
+            f"  device factors (ceilings over the datasheet, no model steps fitted): GEMM "
+            f"{f.gemm_efficiency:.0%}, attention {f.attention_efficiency:.0%}, memory "
+            f"{f.memory_efficiency:.0%}; upper bounds: a model's steps reach less"
+        )
+    else:
+        _render_steps(doc, console)
+    if output:
+        console.print(
+            f"  profile written to {output}: pass it to plan/compare/cost with --calibration"
+        )
+
+
+def _render_steps(doc: Any, console: Console) -> None:
     steps = Table(
         title="Steps of the whole model (layers built, extrapolated): predicted vs measured",
         title_justify="left",
@@ -260,7 +277,3 @@ def render_calibration(doc: Any, console: Console, output: str | None) -> None:
         f"memory {f.memory_efficiency:.0%}, {f.step_overhead_s * 1e3:.2f} ms per step; "
         f"median |error| {doc.median_error_before:.0%} -> {doc.median_error_after:.0%}"
     )
-    if output:
-        console.print(
-            f"  profile written to {output}: pass it to plan/compare/cost with --calibration"
-        )
