@@ -28,6 +28,12 @@ are vLLM dependencies; servefit's own environment does not have them)::
   in steps of the block in force (256 on the CPU backend's 128, 160 with ``--block-size 32``,
   192 with 64). Qwen3.5 (``qwen3_5_text``) would do as well, but vLLM 0.32's Qwen3.5 module
   imports its vision tower, which needs torchvision: the CPU environment has none.
+* ``mamba2``: ``Mamba2ForCausalLM`` (model_type ``mamba2``), 2 Mamba-2 layers, no attention
+  (4 heads of 64 dims, 1 group, state 64, conv kernel 4). One state page is (4 - 1) x (256 +
+  2 x 64) conv x 2 bytes + 4 x 64 x 64 ssm x 2 bytes = 35,072 bytes; vLLM's CPU build runs
+  Mamba-2 (its CPU SSU backend), not Mamba-1 (no CPU ``selective_scan_fwd``). Mamba configs
+  carry no maximum length: ``max_position_embeddings`` 4096 is written so the server and the
+  plan take the same one.
 
 The checkpoint is bfloat16 (``--dtype float32`` writes a float32 one). vLLM's CPU backend
 runs bf16, fp16 and fp32 (head size 32 is supported), bf16 included on AVX2-only hosts. Do not
@@ -146,7 +152,11 @@ HYBRID_LINEAR_KEY_HEADS = 2
 HYBRID_LINEAR_VALUE_HEADS = 4
 HYBRID_LINEAR_HEAD_DIM = 64  # key and value heads
 HYBRID_CONV_KERNEL = 4
-ARCHS = ("llama", "moe", "sliding", "hybrid")
+# --arch mamba2 (pure Mamba-2): heads x head_dim = 2 x HIDDEN_SIZE
+MAMBA2_NUM_HEADS = 4
+MAMBA2_HEAD_DIM = 64
+MAMBA2_STATE_SIZE = 64
+ARCHS = ("llama", "moe", "sliding", "hybrid", "mamba2")
 
 
 def _special_ids(tokenizer) -> dict:
@@ -251,6 +261,26 @@ def _hybrid_model(tokenizer, dtype: str):
     return Qwen3NextForCausalLM(config)
 
 
+def _mamba2_model(tokenizer, dtype: str):
+    from transformers import Mamba2Config, Mamba2ForCausalLM
+
+    config = Mamba2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=HIDDEN_SIZE,
+        num_hidden_layers=NUM_LAYERS,
+        num_heads=MAMBA2_NUM_HEADS,
+        head_dim=MAMBA2_HEAD_DIM,
+        expand=2,
+        n_groups=1,
+        state_size=MAMBA2_STATE_SIZE,
+        conv_kernel=HYBRID_CONV_KERNEL,
+        chunk_size=64,
+        tie_word_embeddings=False,
+        **_special_ids(tokenizer),
+    )
+    return Mamba2ForCausalLM(config)
+
+
 def build_model(out_dir: Path, tokenizer, dtype: str = DTYPE, arch: str = "llama") -> dict:
     if arch != "llama":
         return _build_other_model(out_dir, tokenizer, dtype, arch)
@@ -293,7 +323,12 @@ def build_model(out_dir: Path, tokenizer, dtype: str = DTYPE, arch: str = "llama
 def _build_other_model(out_dir: Path, tokenizer, dtype: str, arch: str) -> dict:
     import torch
 
-    makers = {"moe": _moe_model, "sliding": _sliding_model, "hybrid": _hybrid_model}
+    makers = {
+        "moe": _moe_model,
+        "sliding": _sliding_model,
+        "hybrid": _hybrid_model,
+        "mamba2": _mamba2_model,
+    }
     if arch not in makers:
         raise ValueError(f"unknown arch {arch!r}; choose from {', '.join(ARCHS)}")
     torch.manual_seed(SEED)
@@ -313,6 +348,8 @@ def _build_other_model(out_dir: Path, tokenizer, dtype: str, arch: str) -> dict:
         # the published Qwen3-Next configs spell the layout both ways; servefit and vLLM
         # read layer_types, and full_attention_interval documents it
         data["full_attention_interval"] = HYBRID_FULL_ATTENTION_INTERVAL
+    if arch == "mamba2":
+        data["max_position_embeddings"] = MAX_POSITION_EMBEDDINGS  # Mamba configs have none
     config_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return {
         "arch": arch,

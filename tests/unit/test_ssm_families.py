@@ -18,6 +18,8 @@ Sources of every golden number:
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from servefit.adapters.catalog import find_catalog_model, find_gpu
@@ -276,3 +278,97 @@ def test_tp_refusals_name_heads_groups_and_widths():
     check_parallel_layout(granite, 2, 1)  # one group: replicated
     with pytest.raises(InvalidArgumentError, match="Mamba heads do not divide by 16"):
         check_parallel_layout(granite, 16, 1)
+
+
+def test_granite_hybrid_capacity_by_hand():
+    """Prefix caching on (a hybrid's default): ``align`` mode, and each Mamba-2 layer keeps
+    2 + 1 blocks a request (vLLM 0.32 ``MambaMixer2.get_kv_cache_spec``:
+    ``num_prefill_checkpoint_blocks=1``)."""
+    spec = spec_from_hf_config(TINY_GRANITE)
+    plan = plan_capacity(
+        spec,
+        find_gpu("H100"),
+        ServeSettings(max_model_len=4096, kv_cache_memory_bytes=GIB_BYTES, vllm_version="0.32"),
+    )
+    state = (3 * (1024 + 2 * 128) + 8 * 128 * 128) * 2  # conv + temporal, bf16
+    assert state == 269_824
+    per_token = 8 * (64 + 64) * 2  # K and V of 8 heads of 64 dims, bf16
+    block = 16 * math.ceil(state / (16 * per_token))  # raised in steps of 16
+    assert block == 144 == plan.settings.block_size
+    page = block * per_token  # the state page is padded to it
+    # 6 Mamba + 2 attention layers: groups of 2 (6 >= 1.5 x 2), 3 Mamba groups + 1
+    assert (plan.layout.group_size, len(plan.layout.groups)) == (2, 4)
+    blocks = GIB_BYTES // page // 2
+    assert blocks == 1820 == plan.num_blocks
+    need = math.ceil(4096 / block) + 3 * 3  # attention blocks + 3 Mamba groups x 3
+    assert plan.max_concurrency == pytest.approx(blocks / need)
+    assert plan.kv_cache_tokens == int(blocks / need * 4096) == 196_176
+
+
+def _tiny_ssm_config(arch: str) -> dict:
+    """``make_tiny_model.py --arch mamba2`` as written (and a Mamba-1 of the same width)."""
+    common = {
+        "hidden_size": 128,
+        "num_hidden_layers": 2,
+        "vocab_size": 1024,
+        "conv_kernel": 4,
+        "expand": 2,
+        "max_position_embeddings": 4096,
+        "torch_dtype": "bfloat16",
+    }
+    if arch == "mamba2":
+        return {
+            **common,
+            "architectures": ["Mamba2ForCausalLM"],
+            "model_type": "mamba2",
+            "num_heads": 4,
+            "head_dim": 64,
+            "n_groups": 1,
+            "state_size": 64,
+            "tie_word_embeddings": False,
+        }
+    return {
+        **common,
+        "architectures": ["MambaForCausalLM"],
+        "model_type": "mamba",
+        "state_size": 16,
+        "tie_word_embeddings": True,
+    }
+
+
+@pytest.mark.parametrize(
+    ("arch", "prefix_caching", "blocks", "tokens", "concurrency"),
+    [
+        # CPU KV cache size: 62,697,472 tokens, ... 15307.00x (LLM(), prefix caching off)
+        ("mamba2", False, 15_307, 62_697_472, 15307.00),
+        # the same checkpoint with --enable-prefix-caching: align mode, 3 blocks a request
+        # ("CPU KV cache size: 20,899,157 tokens, ... 5102.33x")
+        ("mamba2", True, 15_307, 20_899_157, 5102.33),
+        # Mamba-1: "CPU KV cache size: 226,050,048 tokens, ... 55188.00x" (the engine then
+        # stops at its first forward: the CPU build has no selective_scan_fwd)
+        ("mamba", False, 55_188, 226_050_048, 55188.00),
+    ],
+)
+def test_tiny_ssm_plans_as_the_cpu_engine_logged(arch, prefix_caching, blocks, tokens, concurrency):
+    """Observed with vLLM 0.32.0 (CPU build, 1 GiB KV space, max_model_len 4096, bf16 state
+    on a host without AVX-512 BF16). Pure-Mamba plans take prefix caching off (vLLM's
+    default for an attention-free model), so the aligned case is built by hand here."""
+    from servefit.core.engines.vllm_cpu import VllmCpuEngine, cpu_device
+    from servefit.core.kv_cache import CacheMode, kv_layout, num_blocks
+
+    spec = spec_from_hf_config(_tiny_ssm_config(arch))
+    host = cpu_device(name="CPU", memory_bytes=8 * GIB_BYTES, isa_flags=("avx2",))
+    settings = ServeSettings(
+        max_model_len=4096, kv_cache_memory_bytes=GIB_BYTES, vllm_version="0.32"
+    )
+    plan = VllmCpuEngine().plan(spec, host, settings)
+    assert plan.num_blocks == blocks
+    if not prefix_caching:
+        assert plan.kv_cache_tokens == tokens
+        assert f"{plan.max_concurrency:.2f}" == f"{concurrency:.2f}"
+        return
+    cache = CacheSettings(cache_mode=CacheMode.ALIGN, mamba2_checkpoint_blocks=1)
+    layout = kv_layout(layer_specs(spec, None, cache))
+    assert num_blocks(layout, GIB_BYTES) == blocks
+    assert {g.spec.state_blocks_per_request for g in layout.groups} == {3}
+    assert int(blocks / 3 * 4096) == tokens and f"{blocks / 3:.2f}" == f"{concurrency:.2f}"

@@ -79,6 +79,8 @@ class VllmBehaviour:
     has_xlarge_batch_defaults: bool
     checks_mamba_blocks_vs_max_num_seqs: bool
     has_hybrid_prefix_caching: bool  # prefix caching keeps 2 state blocks per request (align mode)
+    # align mode keeps one more block per request in each Mamba-2 layer (a prefill checkpoint)
+    has_mamba2_checkpoint_block: bool = False
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -116,6 +118,12 @@ def vllm_behaviour(version: str = DEFAULT_VLLM_VERSION) -> VllmBehaviour:
         # A v0.20 log of a Qwen3.6 hybrid (attention block 2096) shows 2 state blocks per
         # request with prefix caching on; v0.33 calls this mamba_cache_mode "align".
         has_hybrid_prefix_caching=v >= (0, 20),
+        # v0.32.0 wheel, layers/mamba/mamba_mixer2.py MambaMixer2.get_kv_cache_spec:
+        # num_prefill_checkpoint_blocks=1, so MambaSpec.max_memory_usage_bytes in align mode is
+        # 3 pages (2 + 1). Observed: the tiny Mamba-2 (make_tiny_model --arch mamba2) served
+        # with --enable-prefix-caching on the CPU build logs 5102.33x = 15,307 blocks / 3. The
+        # release that added it was not identified: servefit switches at 0.32.
+        has_mamba2_checkpoint_block=v >= (0, 32),
     )
 
 

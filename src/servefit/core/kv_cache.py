@@ -52,7 +52,7 @@ class CacheMode(StrEnum):
     """How vLLM keeps Mamba/linear-attention state per request (``mamba_cache_mode``)."""
 
     NONE = "none"  # one state block per request
-    ALIGN = "align"  # prefix caching on hybrid models: two blocks per request
+    ALIGN = "align"  # prefix caching on hybrids: two blocks a request (Mamba-2: three, 0.32+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,6 +139,8 @@ class CacheSettings:
     cache_mode: CacheMode = CacheMode.NONE
     mla_block_size: int = DEFAULT_BLOCK_SIZE  # MLA backends force their own block size
     kernel_block_size: int = KERNEL_BLOCK_SIZE  # the attention backend's smallest block
+    # align mode: extra blocks per request of a Mamba-2 layer (vLLM 0.32's prefill checkpoint)
+    mamba2_checkpoint_blocks: int = 0
 
     def __post_init__(self) -> None:
         if self.kernel_block_size < 1:
@@ -237,12 +239,16 @@ def layer_specs(spec: ModelSpec, layers: range | None, s: CacheSettings) -> tupl
             page = block * mla_bytes_per_token(m, s.kv_cache_dtype, kv_bytes)
             result.append(KvLayerSpec(kind=MixerKind.MLA, block_size=block, page_size_bytes=page))
         elif isinstance(m, LinearAttentionSpec | MambaSpec):
+            per_request = 1
+            if s.cache_mode is CacheMode.ALIGN:
+                is_mamba2 = isinstance(m, MambaSpec) and m.version == 2
+                per_request = 2 + (s.mamba2_checkpoint_blocks if is_mamba2 else 0)
             result.append(
                 KvLayerSpec(
                     kind=m.kind,
                     block_size=block,
                     page_size_bytes=state_page,
-                    state_blocks_per_request=2 if s.cache_mode is CacheMode.ALIGN else 1,
+                    state_blocks_per_request=per_request,
                 )
             )
     return tuple(result)

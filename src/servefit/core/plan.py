@@ -115,6 +115,7 @@ def _cache_settings(
         ),
         mla_block_size=mla_block,
         kernel_block_size=kernel_block_size,
+        mamba2_checkpoint_blocks=1 if behaviour.has_mamba2_checkpoint_block else 0,
     )
 
 
