@@ -372,3 +372,28 @@ def test_tiny_ssm_plans_as_the_cpu_engine_logged(arch, prefix_caching, blocks, t
     assert num_blocks(layout, GIB_BYTES) == blocks
     assert {g.spec.state_blocks_per_request for g in layout.groups} == {3}
     assert int(blocks / 3 * 4096) == tokens and f"{blocks / 3:.2f}" == f"{concurrency:.2f}"
+
+
+def test_granite_dense_config_publishes_zero_experts_per_token():
+    """Granite-4.0-H-1B (dense): ``num_local_experts`` 0 and ``num_experts_per_tok`` 0; every
+    layer's MLP is the shared MLP alone (vLLM builds no ``block_sparse_moe``)."""
+    cfg = {
+        **find_catalog_model("ibm-granite/granite-4.0-h-tiny").config,
+        "intermediate_size": 4096,
+        "shared_intermediate_size": 4096,
+        "num_local_experts": 0,
+        "num_experts_per_tok": 0,
+    }
+    s = spec_from_hf_config(cfg)
+    assert not s.is_moe and s.layers[0].mlp == DenseMlpSpec(intermediate_size=4096)
+    with pytest.raises(ConfigError, match="num_experts_per_tok"):
+        spec_from_hf_config({**cfg, "num_experts_per_tok": -1})
+
+
+def test_granite_tiny_layout_and_active_parameters():
+    s = catalog_spec("ibm-granite/granite-4.0-h-tiny")
+    attention = [i for i, layer in enumerate(s.layers) if isinstance(layer.mixer, AttentionSpec)]
+    assert attention == [5, 15, 25, 35]
+    counts = count_params(s)
+    # per MoE layer a token skips 64 - 6 experts of 3 x 1,536 x 512
+    assert counts.total - counts.active == 40 * 58 * 3 * 1536 * 512

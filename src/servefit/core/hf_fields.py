@@ -159,7 +159,11 @@ FIELD_LIMITS: dict[str, Limit] = {
         ("intermediate_size", "moe_intermediate_size", "intermediate_size_mlp"), MLP_WIDTH
     ),
     **dict.fromkeys(
-        ("shared_expert_intermediate_size", "moe_shared_expert_intermediate_size"),
+        (
+            "shared_expert_intermediate_size",
+            "moe_shared_expert_intermediate_size",
+            "shared_intermediate_size",
+        ),
         MLP_WIDTH_OR_0,
     ),
     **dict.fromkeys(

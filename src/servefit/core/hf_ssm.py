@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from servefit.core.hf_fields import Fields, build_spec
+from servefit.core.hf_fields import EXPERTS, Fields, build_spec, checked_int
 from servefit.core.hf_values import show
 from servefit.core.model_spec import (
     AttentionSpec,
@@ -159,7 +159,9 @@ def _granite_mlp(f: Fields) -> Mlp | None:
             expert_intermediate_size=f.int("intermediate_size"),
             shared_intermediate_size=shared,
         )
-    f.optional_int("num_experts_per_tok")
+    top_k = f.get("num_experts_per_tok")
+    if top_k is not None:  # the dense Granite-4.0-H configs publish 0 here
+        checked_int(f.where, "num_experts_per_tok", top_k, EXPERTS)
     return DenseMlpSpec(intermediate_size=shared) if shared else None
 
 
