@@ -133,8 +133,11 @@ def measure_ceilings(device: Device, spec: ModelSpec | None, plan: Plan, dtype: 
     for mm_dtype in supported_matmul_dtypes(device):
         best = 0.0
         for size in plan.budget.matmul_sizes:
-            # the model's own projection width at a prefill-sized batch of tokens
-            k = spec.hidden_size if spec else size
+            # the model's own projection width at a prefill-sized batch of tokens; a CPU's
+            # other dtypes (bf16 without matrix units runs ~100x slower than fp32: minutes at a
+            # real model's width) at the budget's square sizes
+            at_model = spec is not None and (device.backend != "cpu" or mm_dtype == dtype)
+            k = spec.hidden_size if spec is not None and at_model else size
             best = max(best, measure_matmul(device, mm_dtype, size, k, k, plan.budget))
         matmul[mm_dtype] = best
     projections: dict[str, float] = {}
