@@ -34,6 +34,10 @@ are vLLM dependencies; servefit's own environment does not have them)::
   Mamba-2 (its CPU SSU backend), not Mamba-1 (no CPU ``selective_scan_fwd``). Mamba configs
   carry no maximum length: ``max_position_embeddings`` 4096 is written so the server and the
   plan take the same one.
+* ``falcon_h1``: ``FalconH1ForCausalLM``, 2 layers, each attention (4 query / 2 KV heads of 32
+  dims) and Mamba-2 (the ``mamba2`` arch's shape, no gated-norm weight) side by side, then a
+  256-wide gated MLP. vLLM registers 2 attention + 2 Mamba cache layers; the 35,072-byte state
+  page raises the CPU's 128-token block to 256.
 
 The checkpoint is bfloat16 (``--dtype float32`` writes a float32 one). vLLM's CPU backend
 runs bf16, fp16 and fp32 (head size 32 is supported), bf16 included on AVX2-only hosts. Do not
@@ -156,7 +160,7 @@ HYBRID_CONV_KERNEL = 4
 MAMBA2_NUM_HEADS = 4
 MAMBA2_HEAD_DIM = 64
 MAMBA2_STATE_SIZE = 64
-ARCHS = ("llama", "moe", "sliding", "hybrid", "mamba2")
+ARCHS = ("llama", "moe", "sliding", "hybrid", "mamba2", "falcon_h1")
 
 
 def _special_ids(tokenizer) -> dict:
@@ -281,6 +285,31 @@ def _mamba2_model(tokenizer, dtype: str):
     return Mamba2ForCausalLM(config)
 
 
+def _falcon_h1_model(tokenizer, dtype: str):
+    from transformers import FalconH1Config, FalconH1ForCausalLM
+
+    config = FalconH1Config(
+        vocab_size=len(tokenizer),
+        hidden_size=HIDDEN_SIZE,
+        intermediate_size=INTERMEDIATE_SIZE,
+        num_hidden_layers=NUM_LAYERS,
+        num_attention_heads=NUM_HEADS,
+        num_key_value_heads=NUM_KV_HEADS,
+        head_dim=HIDDEN_SIZE // NUM_HEADS,
+        max_position_embeddings=MAX_POSITION_EMBEDDINGS,
+        mamba_d_ssm=MAMBA2_NUM_HEADS * MAMBA2_HEAD_DIM,
+        mamba_n_heads=MAMBA2_NUM_HEADS,
+        mamba_d_head=MAMBA2_HEAD_DIM,
+        mamba_d_state=MAMBA2_STATE_SIZE,
+        mamba_n_groups=1,
+        mamba_d_conv=HYBRID_CONV_KERNEL,
+        mamba_chunk_size=64,
+        tie_word_embeddings=False,
+        **_special_ids(tokenizer),
+    )
+    return FalconH1ForCausalLM(config)
+
+
 def build_model(out_dir: Path, tokenizer, dtype: str = DTYPE, arch: str = "llama") -> dict:
     if arch != "llama":
         return _build_other_model(out_dir, tokenizer, dtype, arch)
@@ -328,6 +357,7 @@ def _build_other_model(out_dir: Path, tokenizer, dtype: str, arch: str) -> dict:
         "sliding": _sliding_model,
         "hybrid": _hybrid_model,
         "mamba2": _mamba2_model,
+        "falcon_h1": _falcon_h1_model,
     }
     if arch not in makers:
         raise ValueError(f"unknown arch {arch!r}; choose from {', '.join(ARCHS)}")

@@ -1,6 +1,8 @@
-"""servefit's capacity planner against a real vLLM 0.32 engine (CPU build) on a pure Mamba-2
-model: ``make_tiny_model.py --arch mamba2`` (2 layers, 4 heads of 64 dims, 1 group, state
-64, conv kernel 4, bf16), served with 1 GiB of KV space (``VLLM_CPU_KVCACHE_SPACE``).
+"""servefit's capacity planner against a real vLLM 0.32 engine (CPU build) on state-space
+models, each served with 1 GiB of KV space (``VLLM_CPU_KVCACHE_SPACE``).
+
+**Pure Mamba-2**: ``make_tiny_model.py --arch mamba2`` (2 layers, 4 heads of 64 dims, 1
+group, state 64, conv kernel 4, bf16).
 
 By hand (``MambaStateShapeCalculator.mamba2_state_shape``): one layer's state is
 (4 - 1) x (256 + 2 x 1 x 64) conv x 2 bytes + 4 x 64 x 64 temporal x 2 bytes = 35,072
@@ -19,6 +21,19 @@ first request (an IndexError in the worker). On a CPU with AVX-512 BF16 the engi
 the state in float32, and so does the plan: the numbers differ, the equality holds. Mamba-1
 is not served here: vLLM's CPU build sizes its cache (the same arithmetic) but has no
 ``selective_scan_fwd`` kernel to run it.
+
+**Falcon-H1**: ``make_tiny_model.py --arch falcon_h1``, 2 layers of attention (2 KV heads of
+32 dims: 256 bytes a token) beside the same Mamba-2 (35,072-byte state page). vLLM registers
+2 attention + 2 Mamba cache layers and raises the CPU's 128-token block to
+128 x cdiv(35,072, 128 x 256) = 256 (page 65,536 bytes); two groups of 2 layers: 2**30 //
+65,536 // 2 = 8,192 blocks. Prefix caching on (a hybrid's default): a 4,096-token request
+needs cdiv(4096, 256) = 16 attention blocks + 3 Mamba-2 blocks (align mode, one a prefill
+checkpoint) = 19: 431.16x. Observed with vLLM 0.32.0 CPU::
+
+    CPU KV cache size: 1,766,022 tokens, Maximum concurrency for 4,096 tokens per
+        request: 431.16x
+
+(and, run with prefix caching off, 16 + 1 = 17 blocks: 1,973,790 tokens, 481.88x).
 """
 
 from __future__ import annotations
@@ -48,9 +63,8 @@ MAX_NUM_SEQS = 128  # vLLM's CPU default for the API server
 MAX_NUM_BATCHED_TOKENS = 2048  # the CPU API server's default, given explicitly
 
 
-@pytest.fixture(scope="module")
-def mamba2_engine(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """What vLLM built for the tiny Mamba-2 (its server already stopped)."""
+def _serve(arch: str, extra: list[str], tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Start the ``arch`` server, read what it built, send one request, stop it."""
     python = helper.VLLM_PYTHON
     if not python.exists():
         pytest.fail(
@@ -58,20 +72,16 @@ def mamba2_engine(tmp_path_factory: pytest.TempPathFactory) -> dict:
             f"run `{helper.INSTALL_SCRIPT}` from the repository root first",
             pytrace=False,
         )
-    # the helper turns prefix caching on; vLLM's default for an attention-free model is off,
-    # and with it on (align mode) the CPU build's Mamba-2 kernels fail on the first request
     extra = [
-        "--no-enable-prefix-caching",
+        *extra,
         "--max-num-batched-tokens",
         str(MAX_NUM_BATCHED_TOKENS),
         "--max-num-seqs",
         str(MAX_NUM_SEQS),
     ]
-    work_dir = tmp_path_factory.mktemp("vllm-mamba2")
+    work_dir = tmp_path_factory.mktemp(f"vllm-{arch}")
     t0 = time.monotonic()
-    server = helper.start(
-        helper.free_port(), work_dir, python=python, arch="mamba2", extra_args=extra
-    )
+    server = helper.start(helper.free_port(), work_dir, python=python, arch=arch, extra_args=extra)
     try:
         info = cache_config_info(server.base_url)
         body = {
@@ -91,8 +101,10 @@ def mamba2_engine(tmp_path_factory: pytest.TempPathFactory) -> dict:
         helper.stop_server(server.process)
     facts = parse_startup_log(server.log_text())
     facts.update(
+        arch=arch,
         model_dir=server.model_dir,
         kv_cache_memory_bytes=int(info["kv_cache_memory_bytes"]),
+        block_size=int(info["block_size"]),
         num_blocks=int(info["num_gpu_blocks"]),
         metrics=info,
         usage=usage,
@@ -101,8 +113,29 @@ def mamba2_engine(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return facts
 
 
-def test_mamba2_plan_is_the_engines(mamba2_engine):
-    f = mamba2_engine
+@pytest.fixture(scope="module")
+def mamba2_engine(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """What vLLM built for the tiny Mamba-2 (its server already stopped). The helper turns
+    prefix caching on; vLLM's default for an attention-free model is off, and with it on
+    (align mode) the CPU build's Mamba-2 path fails on the first request."""
+    return _serve("mamba2", ["--no-enable-prefix-caching"], tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def falcon_h1_engine(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """What vLLM built for the tiny Falcon-H1, prefix caching on (its server stopped)."""
+    return _serve("falcon_h1", [], tmp_path_factory)
+
+
+EXPECTED = {  # bf16 state (a host without AVX-512 BF16): the docstring's numbers
+    "mamba2": (4096, 15_307, 62_697_472),
+    "falcon_h1": (256, 8_192, 1_766_022),
+}
+
+
+@pytest.mark.parametrize("engine", ["mamba2_engine", "falcon_h1_engine"])
+def test_plan_is_the_engines(engine, request):
+    f = request.getfixturevalue(engine)
     assert f["device"] == "CPU" and f["max_model_len"] == 4096
     assert f["kv_cache_memory_bytes"] == 1 * GIB
     assert f["usage"]["completion_tokens"] == 4  # the engine really ran the model
@@ -117,8 +150,9 @@ def test_mamba2_plan_is_the_engines(mamba2_engine):
     )
     plan = VllmCpuEngine().plan(loaded.spec, host, settings, mamba_ssm_dtype=loaded.mamba_ssm_dtype)
     report = (
-        f"vLLM {f['line']!r}, {f['num_blocks']} blocks; servefit: {plan.kv_cache_tokens:,} "
-        f"tokens, {plan.max_concurrency:.2f}x, {plan.num_blocks} blocks ({f['seconds']} s)"
+        f"{f['arch']}: vLLM {f['line']!r}, {f['num_blocks']} blocks of {f['block_size']}; "
+        f"servefit: {plan.kv_cache_tokens:,} tokens, {plan.max_concurrency:.2f}x, "
+        f"{plan.num_blocks} blocks of {plan.settings.block_size} ({f['seconds']} s)"
     )
     print("\n" + report)
     assert plan.num_blocks == f["num_blocks"], report
@@ -126,13 +160,20 @@ def test_mamba2_plan_is_the_engines(mamba2_engine):
     assert plan.max_concurrency == pytest.approx(
         float(f["metrics"]["kv_cache_max_concurrency"]), rel=1e-12
     ), report
-    if not has_avx512_bf16(host):  # bf16 state: the docstring's numbers
-        assert (plan.num_blocks, plan.kv_cache_tokens) == (15_307, 62_697_472)
+    # Falcon-H1: the raised attention block; Mamba-2: max_model_len, the Mamba block
+    assert plan.settings.block_size == f["block_size"], report
+    if not has_avx512_bf16(host):
+        block, blocks, tokens = EXPECTED[f["arch"]]
+        assert (plan.num_blocks, plan.kv_cache_tokens) == (blocks, tokens), report
+        assert plan.settings.block_size == block, report
 
 
-def test_mamba2_parameters_are_the_checkpoints(mamba2_engine):
+@pytest.mark.parametrize(
+    ("engine", "params"), [("mamba2_engine", 497_304), ("falcon_h1_engine", 791_960)]
+)
+def test_parameters_are_the_checkpoints(engine, params, request):
     """servefit's count of the tiny checkpoint equals transformers' own (BUILD_INFO)."""
-    model_dir = mamba2_engine["model_dir"]
+    model_dir = request.getfixturevalue(engine)["model_dir"]
     built = json.loads((model_dir / "BUILD_INFO.json").read_text())
     spec = load_model(str(model_dir), allow_hub=False).spec
-    assert count_params(spec).total == built["params"] == 497_304
+    assert count_params(spec).total == built["params"] == params

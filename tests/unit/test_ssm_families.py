@@ -252,6 +252,13 @@ def test_mamba_28b_capacity_plan_by_hand():
     assert plan.max_concurrency == pytest.approx(862.0)
     assert plan.kv_cache_tokens == 862 * 4096  # int(concurrency x max_model_len)
     assert plan.mamba_block_limit == 862
+    assert plan.settings.block_size == 4096  # the Mamba block is max_model_len
+    old = plan_capacity(  # before 0.32 vLLM printed num_blocks // groups x block_size: the same
+        spec,
+        find_gpu("H100"),
+        ServeSettings(max_model_len=4096, kv_cache_memory_bytes=kv_bytes, vllm_version="0.30"),
+    )
+    assert old.kv_cache_tokens == 862 * 4096
     assert plan.state_bytes_per_sequence == 64 * page
 
 

@@ -10,7 +10,7 @@ This module is the entry point: the ``model_type`` -> parser table, the vision t
 estimate and :func:`spec_from_hf_config`. The generic field mapping is in
 :mod:`servefit.core.hf_fields`; the parsers are in :mod:`servefit.core.hf_families`
 (attention-only decoders), :mod:`servefit.core.hf_hybrid` (linear attention / Mamba hybrids)
-and :mod:`servefit.core.hf_ssm` (pure Mamba-1/2, Granite-4.0-H).
+and :mod:`servefit.core.hf_ssm` (pure Mamba-1/2, Granite-4.0-H, Falcon-H1).
 
 Pure: takes dictionaries, returns values. Reading files and the Hub is the adapters' job.
 """
@@ -46,7 +46,12 @@ from servefit.core.hf_fields import (
 )
 from servefit.core.hf_hybrid import NEMOTRON_H_SYMBOLS as NEMOTRON_H_SYMBOLS
 from servefit.core.hf_hybrid import parse_jamba, parse_nemotron_h, parse_qwen_hybrid
-from servefit.core.hf_ssm import parse_granite_hybrid, parse_mamba, parse_mamba2
+from servefit.core.hf_ssm import (
+    parse_falcon_h1,
+    parse_granite_hybrid,
+    parse_mamba,
+    parse_mamba2,
+)
 from servefit.core.model_spec import ModelSpec, VisionSpec
 from servefit.core.quant import quant_from_hf
 from servefit.core.weights import count_params
@@ -96,6 +101,7 @@ _FAMILIES: dict[str, Callable[[Fields, str], ModelSpec]] = {
     "falcon_mamba": parse_mamba,
     "mamba2": parse_mamba2,
     "granitemoehybrid": parse_granite_hybrid,
+    "falcon_h1": parse_falcon_h1,
 }
 
 SUPPORTED_MODEL_TYPES = tuple(sorted(_FAMILIES))

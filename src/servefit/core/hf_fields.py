@@ -84,7 +84,6 @@ STRUCTURAL_FIELDS = frozenset(
         "mamba_ssm_cache_dtype",
         "state_size",
         "mamba_n_heads",
-        "mamba_d_head",
         "mamba_n_groups",
     }
 )
@@ -156,16 +155,13 @@ FIELD_LIMITS: dict[str, Limit] = {
     ),
     **dict.fromkeys(("hidden_size", "embed_dim", "out_hidden_size"), WIDTH),
     **dict.fromkeys(
-        ("intermediate_size", "moe_intermediate_size", "intermediate_size_mlp"), MLP_WIDTH
+        ("intermediate_size", "moe_intermediate_size", "intermediate_size_mlp", "mamba_d_ssm"),
+        MLP_WIDTH,
     ),
     **dict.fromkeys(
-        (
-            "shared_expert_intermediate_size",
-            "moe_shared_expert_intermediate_size",
-            "shared_intermediate_size",
-        ),
-        MLP_WIDTH_OR_0,
+        ("shared_expert_intermediate_size", "moe_shared_expert_intermediate_size"), MLP_WIDTH_OR_0
     ),
+    "shared_intermediate_size": MLP_WIDTH_OR_0,
     **dict.fromkeys(
         (
             "num_attention_heads",
@@ -188,6 +184,7 @@ FIELD_LIMITS: dict[str, Limit] = {
             "linear_value_head_dim",
             "mamba_head_dim",
             "mamba_d_head",
+            "attn_rotary_emb",
         ),
         HEAD_DIM,
     ),

@@ -1,9 +1,11 @@
 """Per-family parsers of Hugging Face configs: state-space models.
 
-Pure Mamba-1 (``mamba``, ``falcon_mamba``), pure Mamba-2 (``mamba2``) and IBM's Granite-4.0-H
+Pure Mamba-1 (``mamba``, ``falcon_mamba``), pure Mamba-2 (``mamba2``), IBM's Granite-4.0-H
 (``granitemoehybrid``: Mamba-2 and attention layers per ``layer_types``, each with a MoE,
-a shared MLP or both). Each reads the fields vLLM 0.32's model class reads
-(``vllm/model_executor/models/mamba.py``, ``mamba2.py``, ``granitemoehybrid.py``) with the
+a shared MLP or both) and TII's Falcon-H1 (``falcon_h1``: attention and Mamba-2 in parallel
+in every layer). Each reads the fields vLLM 0.32's model class reads
+(``vllm/model_executor/models/mamba.py``, ``mamba2.py``, ``granitemoehybrid.py``,
+``falcon_h1.py``) with the
 defaults transformers' config class gives a field the file omits.
 
 The other hybrids (Nemotron-H, Jamba, Qwen3-Next/3.5) are in :mod:`servefit.core.hf_hybrid`.
@@ -12,6 +14,7 @@ The other hybrids (Nemotron-H, Jamba, Qwen3-Next/3.5) are in :mod:`servefit.core
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from servefit.core.hf_fields import EXPERTS, Fields, build_spec, checked_int
 from servefit.core.hf_values import show
@@ -209,3 +212,60 @@ def parse_granite_hybrid(f: Fields, name: str) -> ModelSpec:
     return build_spec(
         f, name=name, layers=layers, naming="granitemoehybrid", rope_caches=1 if rope else 0
     )
+
+
+def _present_or(f: Fields, name: str, absent: int | None) -> int | None:
+    """A field transformers defaults to ``absent`` when the file omits it, where an explicit
+    null means "derive it" (None)."""
+    if name not in f.config:
+        f.get(name)  # consumed
+        return absent
+    return f.optional_int(name)
+
+
+def parse_falcon_h1(f: Fields, name: str) -> ModelSpec:
+    """Falcon-H1 (``FalconH1ForCausalLM``): attention and Mamba-2 side by side in every layer
+    (their outputs summed), then a gated MLP. vLLM registers each layer's attention and its
+    Mamba as two cache layers."""
+    h = f.int("hidden_size")
+    n = f.int("num_hidden_layers")
+    # transformers' FalconH1Config: mamba_d_ssm 1,024 when absent; null means expand x hidden
+    d_ssm = _present_or(f, "mamba_d_ssm", 1024) or f.int("mamba_expand", default=2) * h
+    f.optional_int("mamba_expand")
+    heads = f.int("mamba_n_heads", default=128)
+    head_dim_value = f.get("mamba_d_head", default="auto")
+    head_dim = d_ssm // heads if head_dim_value == "auto" else f.int("mamba_d_head")
+    if heads * head_dim != d_ssm:
+        raise ConfigError(
+            f"{f.where}: mamba_n_heads {heads} x mamba_d_head {head_dim} = {heads * head_dim} "
+            f"must equal the Mamba width {d_ssm} (mamba_d_ssm, else mamba_expand x hidden_size)"
+        )
+    mamba = MambaSpec(
+        version=2,
+        d_inner=d_ssm,
+        state_size=f.int("mamba_d_state", default=256),
+        conv_kernel=f.int("mamba_d_conv", default=4),
+        num_heads=heads,
+        head_dim=head_dim,
+        n_groups=f.int("mamba_n_groups", default=1),
+        has_conv_bias=f.bool("mamba_conv_bias", default=True),
+        has_proj_bias=f.bool("mamba_proj_bias", default=False),
+        has_norm=f.bool("mamba_rms_norm", default=False),  # no weight without the norm
+    )
+    q_heads = f.int("num_attention_heads")
+    kv_heads = _present_or(f, "num_key_value_heads", 8) or q_heads  # transformers' default 8
+    attn_head_dim = f.optional_int("head_dim") or h // q_heads
+    if attn_head_dim < 1:
+        raise ConfigError(f"{f.where}: hidden_size {h} / num_attention_heads {q_heads} is 0")
+    # vLLM builds q/k/v/o and the MLP without biases whatever attention_bias/mlp_bias say
+    attention = AttentionSpec(num_q_heads=q_heads, num_kv_heads=kv_heads, head_dim=attn_head_dim)
+    activation = f.text("hidden_act", default="silu")
+    if activation != "silu":
+        raise ConfigError(
+            f"{f.where}: hidden_act {activation!r}: vLLM's Falcon-H1 MLP takes only silu"
+        )
+    mlp = DenseMlpSpec(intermediate_size=f.int("intermediate_size"))
+    layers = [LayerSpec(mixer=attention, parallel_mixer=mamba, mlp=mlp) for _ in range(n)]
+    spec = build_spec(f, name=name, layers=layers, naming="falcon_h1", tie_default=False)
+    rotary = f.optional_int("attn_rotary_emb") or attn_head_dim  # vLLM: partial rotary
+    return replace(spec, rope_cache_dims=(rotary,))

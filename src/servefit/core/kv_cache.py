@@ -196,7 +196,8 @@ def layer_specs(spec: ModelSpec, layers: range | None, s: CacheSettings) -> tupl
     model_bytes = dtype_bytes(spec.dtype)
     ssm_bytes = dtype_bytes(s.mamba_ssm_dtype) if s.mamba_ssm_dtype else model_bytes
     indices = layers if layers is not None else range(spec.num_layers)
-    mixers = [spec.layers[i].mixer for i in indices]
+    # a layer with two mixers (Falcon-H1) registers two cache layers, as vLLM does
+    mixers = [m for i in indices for m in spec.layers[i].mixers]
 
     attention_token_bytes = [
         attention_bytes_per_token(m, s.tp, kv_bytes) for m in mixers if isinstance(m, AttentionSpec)

@@ -152,6 +152,7 @@ class MambaSpec:
     has_conv_bias: bool = True
     has_proj_bias: bool = False
     has_dt_norms: bool = False  # Jamba: dt/B/C layer norms
+    has_norm: bool = True  # Mamba2: the gated RMSNorm's weight (Falcon-H1: mamba_rms_norm)
 
     def __post_init__(self) -> None:
         if self.version not in (1, 2):
@@ -233,6 +234,14 @@ class LayerSpec:
     mixer: Mixer | None
     mlp: Mlp | None
     num_norms: int = 2  # RMSNorm weights of width hidden_size (Gemma 2/3 have 4)
+    # Falcon-H1: a second mixer on the same input, its output summed with the first's
+    # (attention and Mamba-2 in parallel in every layer); it keeps its own cache
+    parallel_mixer: Mixer | None = None
+
+    @property
+    def mixers(self) -> tuple[Mixer, ...]:
+        """The layer's mixers: none, one, or two in parallel."""
+        return tuple(m for m in (self.mixer, self.parallel_mixer) if m is not None)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -273,7 +282,7 @@ class ModelSpec:
         if not self.layers:
             raise ConfigError(f"{self.name}: the model has no layers")
         object.__setattr__(
-            self, "_kinds", frozenset(layer.mixer.kind for layer in self.layers if layer.mixer)
+            self, "_kinds", frozenset(m.kind for layer in self.layers for m in layer.mixers)
         )
         # Specs key the caches of derived quantities; hash the (large) value once.
         object.__setattr__(
@@ -306,7 +315,7 @@ class ModelSpec:
         return len(self.layers)
 
     def layers_of_kind(self, kind: MixerKind) -> int:
-        return sum(1 for layer in self.layers if layer.mixer and layer.mixer.kind == kind)
+        return sum(1 for layer in self.layers if any(m.kind == kind for m in layer.mixers))
 
     @property
     def mixer_kinds(self) -> frozenset[MixerKind]:

@@ -256,6 +256,8 @@ def model_coeffs(
             attention = _attention_coeffs(mixer, tp, kv_cache_dtype, kv_bytes)
         elif isinstance(mixer, LinearAttentionSpec | MambaSpec):
             state = _state_coeffs(mixer, tp, act_bytes)
+        if isinstance(layer.parallel_mixer, LinearAttentionSpec | MambaSpec):  # Falcon-H1
+            state = _state_coeffs(layer.parallel_mixer, tp, act_bytes)
         if isinstance(layer.mlp, MoeSpec):
             moe = layer.mlp
             dtype, low_bit = routed_dtype.get(index, (_dtype_name(spec.dtype), False))

@@ -191,11 +191,14 @@ def plan_capacity(
     # every worker allocates the same number of blocks: the smallest wins
     blocks, _, memory, layout = min(per_stage, key=lambda item: (item[0], item[1]))
 
+    # pure Mamba: MambaModelConfig makes max_model_len the block (one per request)
+    attention_free = not (spec.mixer_kinds - {MixerKind.MAMBA, MixerKind.LINEAR_ATTENTION})
     if layout.groups:  # the block size vLLM settles on (hybrids raise it)
-        r, _ = resolve_settings(spec, gpu, settings, block_size=layout.min_block_size)
+        block = r.max_model_len if attention_free else layout.min_block_size
+        r, _ = resolve_settings(spec, gpu, settings, block_size=block)
     mnbt = r.max_num_batched_tokens
     concurrency = max_concurrency(layout, blocks, r.max_model_len, mnbt) if layout.groups else 0.0
-    if behaviour.is_token_count_from_concurrency:
+    if behaviour.is_token_count_from_concurrency or attention_free:
         tokens = int(concurrency * r.max_model_len)
     else:
         tokens = kv_cache_tokens(layout, blocks)

@@ -212,16 +212,17 @@ def tp_refusals(spec: ModelSpec, tp: int, *, ep: bool = False) -> tuple[str, ...
         # config/model.py ModelConfig._verify_with_expert_parallelism
         reasons["expert parallelism needs a mixture-of-experts model"] = None
     for layer in spec.layers:  # MTP layers are not loaded by default
-        mixer, mlp = layer.mixer, layer.mlp
+        mlp = layer.mlp
         found: list[str] = []
-        if isinstance(mixer, AttentionSpec):
-            found += _attention(mixer, tp)
-        elif isinstance(mixer, MlaSpec):
-            found += _mla(mixer, tp)
-        elif isinstance(mixer, LinearAttentionSpec):
-            found += _linear_attention(mixer, tp)
-        elif isinstance(mixer, MambaSpec):
-            found += _mamba(mixer, tp)
+        for mixer in layer.mixers:  # Falcon-H1: attention and Mamba-2 side by side
+            if isinstance(mixer, AttentionSpec):
+                found += _attention(mixer, tp)
+            elif isinstance(mixer, MlaSpec):
+                found += _mla(mixer, tp)
+            elif isinstance(mixer, LinearAttentionSpec):
+                found += _linear_attention(mixer, tp)
+            elif isinstance(mixer, MambaSpec):
+                found += _mamba(mixer, tp)
         if isinstance(mlp, DenseMlpSpec):
             found += _dense_mlp(mlp, tp)
         elif isinstance(mlp, MoeSpec):

@@ -78,6 +78,7 @@ NAMING: dict[str, dict[str, str]] = {
     "jamba": {"mamba": "mamba", "mlp": "feed_forward", "moe": "feed_forward", "router": "router"},
     "nemotron_h": {"attn": "mixer", "mamba": "mixer", "mlp": "mixer", "moe": "mixer"},
     "mamba": {"mamba": "mixer"},
+    "falcon_h1": {"mamba": "mamba", "mlp": "feed_forward"},
     "granitemoehybrid": {
         "mamba": "mamba",
         "moe": "block_sparse_moe",

@@ -162,7 +162,8 @@ def _mamba(b: TensorBuilder, p: str, h: int, m: MambaSpec, layer: int | None) ->
         )
         b.param(f"{p}.dt_bias+D", 2 * m.num_heads, role=role, shard=Shard.COLUMN, layer=layer)
         b.param(f"{p}.A", m.num_heads, role=role, shard=Shard.COLUMN, layer=layer, dtype="float32")
-        b.param(f"{p}.norm", m.d_inner, role=Role.NORM, shard=Shard.COLUMN, layer=layer)
+        if m.has_norm:
+            b.param(f"{p}.norm", m.d_inner, role=Role.NORM, shard=Shard.COLUMN, layer=layer)
     else:
         b.linear(
             f"{p}.in_proj", h, 2 * m.d_inner, role=role, shard=Shard.COLUMN, layer=layer, bias=bias
@@ -316,15 +317,15 @@ def _layer(
     n: dict[str, str],
     role_override: Role | None = None,
 ) -> None:
-    mixer = layer.mixer
-    if isinstance(mixer, AttentionSpec):
-        _attention(b, f"{p}.{n['attn']}", h, mixer, index, role_override or Role.ATTENTION)
-    elif isinstance(mixer, MlaSpec):
-        _mla(b, f"{p}.{n['attn']}", h, mixer, index, role_override or Role.ATTENTION)
-    elif isinstance(mixer, LinearAttentionSpec):
-        _gated_deltanet(b, f"{p}.{n['linear_attn']}", h, mixer, index, n)
-    elif isinstance(mixer, MambaSpec):
-        _mamba(b, f"{p}.{n['mamba']}", h, mixer, index)
+    for mixer in layer.mixers:  # Falcon-H1: attention and Mamba-2 side by side
+        if isinstance(mixer, AttentionSpec):
+            _attention(b, f"{p}.{n['attn']}", h, mixer, index, role_override or Role.ATTENTION)
+        elif isinstance(mixer, MlaSpec):
+            _mla(b, f"{p}.{n['attn']}", h, mixer, index, role_override or Role.ATTENTION)
+        elif isinstance(mixer, LinearAttentionSpec):
+            _gated_deltanet(b, f"{p}.{n['linear_attn']}", h, mixer, index, n)
+        elif isinstance(mixer, MambaSpec):
+            _mamba(b, f"{p}.{n['mamba']}", h, mixer, index)
     if isinstance(layer.mlp, MoeSpec):
         _moe(b, f"{p}.{n['moe']}", h, layer.mlp, index, n, role_override)
     elif isinstance(layer.mlp, DenseMlpSpec):
