@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from tests.null_server_cli import null_server
 from tests.unit.test_cli import OFFLINE
 
 CLI = [sys.executable, "-m", "servefit.cli.main"]
@@ -35,12 +34,6 @@ CHROMIUM_ARGS = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _cli(*args: str, timeout: int = 180) -> subprocess.CompletedProcess:
     done = subprocess.run(
         [*CLI, *args], capture_output=True, text=True, env=OFFLINE, timeout=timeout
@@ -53,24 +46,11 @@ def _cli(*args: str, timeout: int = 180) -> subprocess.CompletedProcess:
 def bench_dir(tmp_path_factory) -> Path:
     """A real `servefit bench` run (agent sessions, cold and warm) against a real
     `servefit null-server`."""
-    port = _free_port()
-    server = subprocess.Popen(
-        [*CLI, "null-server", "--port", str(port), "--ttft-ms", "15", "--itl-ms", "4"],
-        env=OFFLINE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.1)
+    with null_server("--ttft-ms", "15", "--itl-ms", "4") as url:
         out = tmp_path_factory.mktemp("bench")
         _cli(
             "bench",
-            f"http://127.0.0.1:{port}",
+            url,
             "--workload",
             "agent",
             "--turns",
@@ -89,9 +69,6 @@ def bench_dir(tmp_path_factory) -> Path:
             "--json",
         )
         return out
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 REPORT_ARGS = (

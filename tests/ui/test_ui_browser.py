@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.null_server_cli import free_port
 from tests.report.test_report_html import CHROMIUM, CHROMIUM_ARGS, _open
 from tests.unit.test_cli import OFFLINE
 
@@ -24,15 +25,9 @@ A100 = "A100-80GB-SXM"  # `servefit gpus`: the A100 SXM4 80GB (alias "a100")
 SEED_FLAGS = ["--max-num-seqs", "128"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server():
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [*CLI, "ui", "--port", str(port)],
         env=OFFLINE,

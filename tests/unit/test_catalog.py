@@ -90,5 +90,5 @@ def test_find_gpu_unknown_name_still_gets_suggestions():
     from servefit.adapters.catalog import find_gpu
     from servefit.errors import UnknownGpuError
 
-    with pytest.raises(UnknownGpuError, match="Did you mean: .*H100"):
+    with pytest.raises(UnknownGpuError, match=r"Did you mean: .*H100"):
         find_gpu("H100-SXN")
