@@ -38,6 +38,10 @@ are vLLM dependencies; servefit's own environment does not have them)::
   dims) and Mamba-2 (the ``mamba2`` arch's shape, no gated-norm weight) side by side, then a
   256-wide gated MLP. vLLM registers 2 attention + 2 Mamba cache layers; the 35,072-byte state
   page raises the CPU's 128-token block to 256.
+* ``granite_hybrid``: ``GraniteMoeHybridForCausalLM`` (Granite-4.0-H), 4 layers per
+  ``layer_types``: 3 Mamba-2 (the ``mamba2`` arch's shape) and 1 attention (4 query / 2 KV
+  heads of 32 dims, no positional encoding); every layer's MLP a 4-expert MoE (top-2,
+  64-wide) plus a 64-wide shared MLP; tied embeddings.
 
 The checkpoint is bfloat16 (``--dtype float32`` writes a float32 one). vLLM's CPU backend
 runs bf16, fp16 and fp32 (head size 32 is supported), bf16 included on AVX2-only hosts. Do not
@@ -160,7 +164,7 @@ HYBRID_CONV_KERNEL = 4
 MAMBA2_NUM_HEADS = 4
 MAMBA2_HEAD_DIM = 64
 MAMBA2_STATE_SIZE = 64
-ARCHS = ("llama", "moe", "sliding", "hybrid", "mamba2", "falcon_h1")
+ARCHS = ("llama", "moe", "sliding", "hybrid", "mamba2", "falcon_h1", "granite_hybrid")
 
 
 def _special_ids(tokenizer) -> dict:
@@ -310,6 +314,35 @@ def _falcon_h1_model(tokenizer, dtype: str):
     return FalconH1ForCausalLM(config)
 
 
+def _granite_hybrid_model(tokenizer, dtype: str):
+    from transformers import GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM
+
+    config = GraniteMoeHybridConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=HIDDEN_SIZE,
+        intermediate_size=MOE_INTERMEDIATE_SIZE,
+        shared_intermediate_size=MOE_INTERMEDIATE_SIZE,
+        num_local_experts=MOE_NUM_EXPERTS,
+        num_experts_per_tok=MOE_EXPERTS_PER_TOKEN,
+        num_hidden_layers=HYBRID_NUM_LAYERS,
+        layer_types=["mamba"] * (HYBRID_NUM_LAYERS - 1) + ["attention"],
+        num_attention_heads=NUM_HEADS,
+        num_key_value_heads=NUM_KV_HEADS,
+        max_position_embeddings=MAX_POSITION_EMBEDDINGS,
+        mamba_n_heads=MAMBA2_NUM_HEADS,
+        mamba_d_head=MAMBA2_HEAD_DIM,
+        mamba_d_state=MAMBA2_STATE_SIZE,
+        mamba_n_groups=1,
+        mamba_d_conv=HYBRID_CONV_KERNEL,
+        mamba_expand=2,
+        mamba_chunk_size=64,
+        position_embedding_type="nope",
+        tie_word_embeddings=True,
+        **_special_ids(tokenizer),
+    )
+    return GraniteMoeHybridForCausalLM(config)
+
+
 def build_model(out_dir: Path, tokenizer, dtype: str = DTYPE, arch: str = "llama") -> dict:
     if arch != "llama":
         return _build_other_model(out_dir, tokenizer, dtype, arch)
@@ -358,6 +391,7 @@ def _build_other_model(out_dir: Path, tokenizer, dtype: str, arch: str) -> dict:
         "hybrid": _hybrid_model,
         "mamba2": _mamba2_model,
         "falcon_h1": _falcon_h1_model,
+        "granite_hybrid": _granite_hybrid_model,
     }
     if arch not in makers:
         raise ValueError(f"unknown arch {arch!r}; choose from {', '.join(ARCHS)}")

@@ -34,6 +34,14 @@ checkpoint) = 19: 431.16x. Observed with vLLM 0.32.0 CPU::
         request: 431.16x
 
 (and, run with prefix caching off, 16 + 1 = 17 blocks: 1,973,790 tokens, 481.88x).
+
+**Granite-4.0-H**: ``make_tiny_model.py --arch granite_hybrid``, 3 Mamba-2 layers (the same
+state page) and 1 attention layer (the same 256 bytes a token): block 256, page 65,536; 3
+Mamba layers and 1 attention layer make 4 groups of 1 (3 is not under 1.5 x 1), so 2**30 //
+65,536 = 16,384 blocks; a request needs 16 + 3 groups x 3 = 25: 655.36x. Observed::
+
+    CPU KV cache size: 2,684,354 tokens, Maximum concurrency for 4,096 tokens per
+        request: 655.36x
 """
 
 from __future__ import annotations
@@ -127,13 +135,21 @@ def falcon_h1_engine(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return _serve("falcon_h1", [], tmp_path_factory)
 
 
+@pytest.fixture(scope="module")
+def granite_engine(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """What vLLM built for the tiny Granite-4.0-H, prefix caching on (its server stopped)."""
+    return _serve("granite_hybrid", [], tmp_path_factory)
+
+
+ENGINES = ["mamba2_engine", "falcon_h1_engine", "granite_engine"]
 EXPECTED = {  # bf16 state (a host without AVX-512 BF16): the docstring's numbers
     "mamba2": (4096, 15_307, 62_697_472),
     "falcon_h1": (256, 8_192, 1_766_022),
+    "granite_hybrid": (256, 16_384, 2_684_354),
 }
 
 
-@pytest.mark.parametrize("engine", ["mamba2_engine", "falcon_h1_engine"])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_plan_is_the_engines(engine, request):
     f = request.getfixturevalue(engine)
     assert f["device"] == "CPU" and f["max_model_len"] == 4096
@@ -169,7 +185,8 @@ def test_plan_is_the_engines(engine, request):
 
 
 @pytest.mark.parametrize(
-    ("engine", "params"), [("mamba2_engine", 497_304), ("falcon_h1_engine", 791_960)]
+    ("engine", "params"),
+    [("mamba2_engine", 497_304), ("falcon_h1_engine", 791_960), ("granite_engine", 1_027_108)],
 )
 def test_parameters_are_the_checkpoints(engine, params, request):
     """servefit's count of the tiny checkpoint equals transformers' own (BUILD_INFO)."""

@@ -404,3 +404,37 @@ def test_granite_tiny_layout_and_active_parameters():
     counts = count_params(s)
     # per MoE layer a token skips 64 - 6 experts of 3 x 1,536 x 512
     assert counts.total - counts.active == 40 * 58 * 3 * 1536 * 512
+
+
+def test_tiny_granite_plans_as_the_cpu_engine_logged():
+    """``make_tiny_model.py --arch granite_hybrid`` on vLLM 0.32.0's CPU build (1 GiB, prefix
+    caching on): "CPU KV cache size: 2,684,354 tokens, ... 655.36x", block 256."""
+    from servefit.core.engines.vllm_cpu import VllmCpuEngine, cpu_device
+
+    cfg = {
+        **TINY_GRANITE,
+        "hidden_size": 128,
+        "intermediate_size": 64,
+        "shared_intermediate_size": 64,
+        "num_local_experts": 4,
+        "num_hidden_layers": 4,
+        "layer_types": ["linear_attention"] * 3 + ["full_attention"],  # as transformers 5 saves
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "mamba_n_heads": 4,
+        "mamba_d_head": 64,
+        "mamba_d_state": 64,
+        "vocab_size": 1024,
+    }
+    spec = spec_from_hf_config(cfg)
+    assert count_params(spec).total == 1_027_108  # transformers' count of the checkpoint
+    host = cpu_device(name="CPU", memory_bytes=8 * GIB_BYTES, isa_flags=("avx2",))
+    settings = ServeSettings(
+        max_model_len=4096, kv_cache_memory_bytes=GIB_BYTES, vllm_version="0.32"
+    )
+    plan = VllmCpuEngine().plan(spec, host, settings)
+    assert plan.settings.block_size == 256  # 128 x ceil(35,072 / (128 x 256))
+    assert (plan.layout.group_size, len(plan.layout.groups)) == (1, 4)
+    assert plan.num_blocks == GIB_BYTES // (256 * 256) == 16_384
+    assert plan.max_concurrency == pytest.approx(16_384 / (4096 // 256 + 3 * 3))
+    assert plan.kv_cache_tokens == 2_684_354
