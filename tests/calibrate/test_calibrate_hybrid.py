@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch", reason="the calibrate extra (PyTorch) is no
 
 from tests.calibrate.tiny_configs import (  # noqa: E402
     TINY_DEEPSEEK,
+    TINY_FALCON_H1,
     TINY_GPT_OSS,
     TINY_JAMBA,
     TINY_NEMOTRON_H,
@@ -89,8 +90,9 @@ def test_hybrids_calibrate(config, groups, cpu_clock):
         (TINY_DEEPSEEK, {"mla + MLP", "mla + MoE"}),
         (TINY_GPT_OSS, {"sliding_window + MoE", "full_attention + MoE"}),
         (TINY_NEMOTRON_H, {"mamba + no MLP", "no mixer + MoE", "full_attention + no MLP"}),
+        (TINY_FALCON_H1, {"full_attention | mamba + MLP"}),
     ],
-    ids=["mamba1", "mla", "sliding-window", "mixer-or-mlp-only"],
+    ids=["mamba1", "mla", "sliding-window", "mixer-or-mlp-only", "parallel-mixers"],
 )
 def test_every_layer_kind_builds_and_steps(config, kinds, cpu_clock):
     spec = spec_from_hf_config(config, name="tiny")
@@ -134,7 +136,9 @@ def _state_bytes_per_seq(block) -> int:
 
 
 @pytest.mark.parametrize(
-    "config", [TINY_QWEN3_NEXT, TINY_NEMOTRON_H, TINY_JAMBA], ids=["gdn", "mamba2", "mamba1"]
+    "config",
+    [TINY_QWEN3_NEXT, TINY_NEMOTRON_H, TINY_JAMBA, TINY_FALCON_H1],
+    ids=["gdn", "mamba2", "mamba1", "falcon-h1"],
 )
 def test_stand_in_state_is_the_state_the_cost_row_reads_and_writes(config):
     """Per sequence, the stand-in's recurrent state + conv window is what state_row moves."""
@@ -142,9 +146,10 @@ def test_stand_in_state_is_the_state_the_cost_row_reads_and_writes(config):
     layers = model_coeffs(spec).stages[0].layers
     row = next(c.state for c, _ in layers if c.state is not None)
     mixer = next(
-        layer.mixer
+        m
         for layer in spec.layers
-        if isinstance(layer.mixer, LinearAttentionSpec | MambaSpec)
+        for m in layer.mixers
+        if isinstance(m, LinearAttentionSpec | MambaSpec)
     )
     device = pick_device("cpu")
     cls = GatedDeltaNet if isinstance(mixer, LinearAttentionSpec) else Mamba
@@ -245,8 +250,8 @@ def test_every_catalog_model_has_a_stand_in_for_every_layer(catalog_model):
     for model_id in model_ids():
         spec = catalog_model(model_id).spec
         check_supported(spec)  # raises, naming the layer, for anything the stack cannot build
-        kinds |= {type(layer.mixer).__name__ for layer, _ in layer_groups(spec)}
-    assert kinds == {"AttentionSpec", "MlaSpec", "LinearAttentionSpec", "MambaSpec", "NoneType"}
+        kinds |= {type(m).__name__ for layer, _ in layer_groups(spec) for m in layer.mixers}
+    assert kinds == {"AttentionSpec", "MlaSpec", "LinearAttentionSpec", "MambaSpec"}
 
 
 def test_a_layer_with_nothing_to_build_is_refused_by_name():

@@ -137,3 +137,28 @@ TINY_GPT_OSS: dict[str, Any] = {
     "num_experts_per_tok": 2,
     "experts_per_token": 2,
 }
+
+# Falcon-H1: attention and Mamba-2 in parallel in every layer, dense MLPs
+TINY_FALCON_H1: dict[str, Any] = {
+    **_COMMON,
+    "architectures": ["FalconH1ForCausalLM"],
+    "model_type": "falcon_h1",
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "intermediate_size": 256,
+    "mamba_d_ssm": 256,
+    "mamba_n_heads": 4,
+    "mamba_d_head": 64,
+    "mamba_d_state": 16,
+    "mamba_n_groups": 1,
+    "mamba_d_conv": 4,
+    "mamba_expand": 2,
+    "mamba_conv_bias": True,
+    "mamba_proj_bias": False,
+    "mamba_rms_norm": False,
+    "attention_bias": False,
+    "mlp_bias": False,
+    "hidden_act": "silu",
+}

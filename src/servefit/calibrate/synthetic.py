@@ -8,8 +8,9 @@ own; a step of the whole model is extrapolated as the sum over groups of (time o
 built layers / layers built) x the group's layers, plus the LM head (timed on its own), and
 reports say so. Every mixer servefit models is built: softmax attention (MHA/GQA/MQA, sliding
 windows and chunked attention reading only their window), MLA, Gated DeltaNet linear
-attention and Mamba-1/2 (:mod:`.layers`, :mod:`.recurrent`), with dense or MoE MLPs, or
-neither (Nemotron-H's mixer-only and MLP-only layers).
+attention and Mamba-1/2 (:mod:`.layers`, :mod:`.recurrent`), alone or two in parallel
+(Falcon-H1), with dense or MoE MLPs, or neither (Nemotron-H's mixer-only and MLP-only
+layers).
 
 The weights are random (``randn x 0.02``), never zeros; the caches hold random values (a
 decode step at context C attends C cached tokens, whatever they are).
@@ -30,6 +31,7 @@ from servefit.core.model_spec import (
     LayerSpec,
     LinearAttentionSpec,
     MambaSpec,
+    Mixer,
     MlaSpec,
     ModelSpec,
     MoeSpec,
@@ -46,15 +48,15 @@ def check_supported(spec: ModelSpec) -> None:
                 f"{spec.name}: layer {i} has neither a token mixer nor an MLP: nothing to "
                 "build; run `servefit calibrate --microbenchmarks-only` to measure the device"
             )
-        known = (AttentionSpec, MlaSpec, LinearAttentionSpec, MambaSpec, type(None))
-        if not isinstance(layer.mixer, known) or not isinstance(
-            layer.mlp, (DenseMlpSpec, MoeSpec, type(None))
-        ):
-            raise InvalidArgumentError(
-                f"{spec.name}: layer {i} ({type(layer.mixer).__name__}, "
-                f"{type(layer.mlp).__name__}) has no synthetic stand-in; run `servefit "
-                "calibrate --microbenchmarks-only` to measure the device without a model"
-            )
+        known = (AttentionSpec, MlaSpec, LinearAttentionSpec, MambaSpec)
+        parts = (*layer.mixers, *((layer.mlp,) if layer.mlp is not None else ()))
+        for part in parts:
+            if not isinstance(part, (*known, DenseMlpSpec, MoeSpec)):
+                raise InvalidArgumentError(
+                    f"{spec.name}: layer {i}'s {type(part).__name__} has no synthetic "
+                    "stand-in; run `servefit calibrate --microbenchmarks-only` to measure the "
+                    "device without a model"
+                )
 
 
 def layer_groups(spec: ModelSpec) -> list[tuple[LayerSpec, int]]:
@@ -84,22 +86,27 @@ def _norm(torch: Any, x: Any) -> Any:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
 
 
+def _mixer(
+    mixer: Mixer, hidden: int, device: Device, dtype: Any, batch: int, ctx: int
+) -> Attention | Mla | GatedDeltaNet | Mamba:
+    if isinstance(mixer, AttentionSpec):
+        return Attention(mixer, hidden, device, dtype, batch, ctx)
+    if isinstance(mixer, MlaSpec):
+        return Mla(mixer, hidden, device, dtype, batch, ctx)
+    if isinstance(mixer, LinearAttentionSpec):
+        return GatedDeltaNet(mixer, hidden, device, dtype, batch)
+    return Mamba(mixer, hidden, device, dtype, batch)
+
+
 class _Layer:
     """One decoder layer: RMSNorm, mixer, residual, RMSNorm, MLP, residual."""
 
     def __init__(
         self, layer: LayerSpec, hidden: int, device: Device, dtype: Any, batch: int, ctx: int
     ) -> None:
-        mixer, mlp = layer.mixer, layer.mlp
-        self.mixer: Attention | Mla | GatedDeltaNet | Mamba | None = None
-        if isinstance(mixer, AttentionSpec):
-            self.mixer = Attention(mixer, hidden, device, dtype, batch, ctx)
-        elif isinstance(mixer, MlaSpec):
-            self.mixer = Mla(mixer, hidden, device, dtype, batch, ctx)
-        elif isinstance(mixer, LinearAttentionSpec):
-            self.mixer = GatedDeltaNet(mixer, hidden, device, dtype, batch)
-        elif isinstance(mixer, MambaSpec):
-            self.mixer = Mamba(mixer, hidden, device, dtype, batch)
+        mlp = layer.mlp
+        # Falcon-H1: two mixers on the same normed input, their outputs summed
+        self.mixers = [_mixer(m, hidden, device, dtype, batch, ctx) for m in layer.mixers]
         self.mlp: Mlp | Moe | None = None
         if isinstance(mlp, DenseMlpSpec):
             self.mlp = Mlp(mlp, hidden, device, dtype)
@@ -109,8 +116,10 @@ class _Layer:
     def forward(self, x: Any, start: int) -> Any:
         """``x``: [batch, tokens, hidden]; tokens enter the caches at position ``start``."""
         torch = import_torch()
-        if self.mixer is not None:
-            x = x + self.mixer.forward(_norm(torch, x), start)
+        if self.mixers:
+            h = _norm(torch, x)
+            for mixer in self.mixers:
+                x = x + mixer.forward(h, start)
         if self.mlp is not None:
             x = x + self.mlp.forward(_norm(torch, x))
         return x
@@ -127,7 +136,7 @@ class GroupTiming:
 
 
 def group_kind(layer: LayerSpec) -> str:
-    mixer = layer.mixer.kind.value if layer.mixer else "no mixer"
+    mixer = " | ".join(m.kind.value for m in layer.mixers) or "no mixer"
     mlp = "MoE" if isinstance(layer.mlp, MoeSpec) else ("MLP" if layer.mlp else "no MLP")
     return f"{mixer} + {mlp}"
 
