@@ -11,7 +11,7 @@ import json
 import re
 import tomllib
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,7 @@ _GPU_TABLE = "\n[[gpu]]\n"
 _NAME_LINE = re.compile(r"^(?:name|aliases) = (.*)$", re.MULTILINE)
 
 
+@lru_cache(maxsize=256)
 def find_gpu(name: str) -> GpuSpec:
     """One catalog GPU by name or alias, as ``gpu_catalog().get(name)`` finds it, without
     parsing the whole catalog: only the table whose name or alias matches is parsed (a

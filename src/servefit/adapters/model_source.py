@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -296,20 +297,9 @@ def load_model(
     path = Path(model).expanduser()
     if allow_path and path.exists():
         return _from_path(path)
-    entry = find_catalog_model(model)
-    if entry is not None:
-        spec = spec_from_hf_config(
-            entry.config, name=entry.model_id, hf_quant_config=entry.hf_quant_config
-        )
-        return LoadedModel(
-            spec=spec,
-            origin="catalog",
-            source=entry.source,
-            mamba_ssm_dtype=state_dtype(entry.config),
-            published_params=entry.published_params,
-            catalog_confidence=entry.confidence.strip().rstrip(".").lower(),
-            catalog_note=entry.notes,
-        )
+    loaded = _from_catalog(model)
+    if loaded is not None:
+        return loaded
     if "/" not in model or model.startswith((".", "/", "~")):
         raise ModelNotFoundError(
             f"{model!r} is neither an existing path nor a Hugging Face id (org/name). "
@@ -318,3 +308,24 @@ def load_model(
     if not allow_hub:
         raise ModelNotFoundError(f"{model!r} is not in the bundled catalog and --offline is set")
     return _from_hub(model, revision)
+
+
+@lru_cache(maxsize=128)
+def _from_catalog(model: str) -> LoadedModel | None:
+    """A bundled model, parsed once per process (the catalog is read-only data, so a
+    process that plans it many times, the web page or a search, parses it once)."""
+    entry = find_catalog_model(model)
+    if entry is None:
+        return None
+    spec = spec_from_hf_config(
+        entry.config, name=entry.model_id, hf_quant_config=entry.hf_quant_config
+    )
+    return LoadedModel(
+        spec=spec,
+        origin="catalog",
+        source=entry.source,
+        mamba_ssm_dtype=state_dtype(entry.config),
+        published_params=entry.published_params,
+        catalog_confidence=entry.confidence.strip().rstrip(".").lower(),
+        catalog_note=entry.notes,
+    )
