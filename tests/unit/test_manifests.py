@@ -254,7 +254,9 @@ def test_gpus_shm_cache_token_and_probes(plans, kind, tmp_path):
         assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
         assert volumes["dshm"]["emptyDir"]["sizeLimit"].endswith("Gi")
         mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-        assert mounts == {"/dev/shm": "dshm", "/root/.cache/huggingface": "hf-cache"}
+        assert mounts == {"/dev/shm": "dshm", "/hf-cache": "hf-cache"}
+        # the cache is where huggingface_hub looks, whatever the image's user and home
+        assert {"name": "HF_HOME", "value": "/hf-cache"} in container["env"]
         token = next(e for e in container["env"] if e["name"] == "HF_TOKEN")
         assert "value" not in token
         assert token["valueFrom"]["secretKeyRef"] == {
@@ -293,8 +295,9 @@ def test_compose_reserves_the_gpus_with_shm_cache_and_healthcheck(plans, tmp_pat
     devices = service["deploy"]["resources"]["reservations"]["devices"]
     assert devices == [{"driver": "nvidia", "count": 2, "capabilities": ["gpu"]}]
     assert service["shm_size"] == "4gb"  # 2 GiB per GPU
-    assert "hf-cache:/root/.cache/huggingface" in service["volumes"]
-    assert service["environment"] == ["HF_TOKEN"]  # passed through by name, no value
+    assert "hf-cache:/hf-cache" in service["volumes"]
+    # HF_HOME at the cache's mount; the token passed through by name, no value
+    assert service["environment"] == ["HF_HOME=/hf-cache", "HF_TOKEN"]
     assert "/health" in service["healthcheck"]["test"][-1]
     start_s = int(service["healthcheck"]["start_period"].removesuffix("s"))
     assert start_s >= spec.predicted_load_s * SAFETY_FACTOR

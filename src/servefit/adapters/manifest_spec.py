@@ -18,7 +18,10 @@ from servefit.units import GIB_BYTES
 
 VLLM_IMAGE = "vllm/vllm-openai"  # vLLM's OpenAI-compatible server image (Docker Hub)
 DEFAULT_PORT = 8000  # `vllm serve --port` default
-HF_CACHE_PATH = "/root/.cache/huggingface"  # HF_HOME of the image's root user
+# the model cache's mount point, set as HF_HOME in every container, so the manifests do not
+# depend on the image's user or its home directory
+HF_CACHE_PATH = "/hf-cache"
+HF_HOME_ENV = "HF_HOME"
 HF_TOKEN_ENV = "HF_TOKEN"  # read by huggingface_hub for gated models
 DEFAULT_HF_TOKEN_SECRET = "hf-token"
 DEFAULT_HF_TOKEN_SECRET_KEY = "token"

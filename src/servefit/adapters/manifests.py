@@ -29,7 +29,7 @@ import yaml
 
 from servefit import __version__
 from servefit.adapters import manifests_k8s as k8s
-from servefit.adapters.manifest_spec import HF_CACHE_PATH, HF_TOKEN_ENV, ManifestSpec
+from servefit.adapters.manifest_spec import HF_CACHE_PATH, HF_HOME_ENV, HF_TOKEN_ENV, ManifestSpec
 from servefit.adapters.redact import secret_env_values
 from servefit.core.load_time import (
     DOWNLOAD_BYTES_PER_S,
@@ -117,9 +117,10 @@ def compose(spec: ManifestSpec) -> dict[str, Any]:
         },
         "restart": "unless-stopped",
     }
+    service["environment"] = [f"{HF_HOME_ENV}={HF_CACHE_PATH}"]
     if spec.hf_token_secret:
         # the variable's name alone: compose passes the value from the shell that runs it
-        service["environment"] = [HF_TOKEN_ENV]
+        service["environment"].append(HF_TOKEN_ENV)
     return {"name": spec.name, "services": {"vllm": service}, "volumes": {"hf-cache": {}}}
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from servefit.adapters.manifest_spec import (
     HF_CACHE_PATH,
+    HF_HOME_ENV,
     HF_TOKEN_ENV,
     RAY_PORT,
     ManifestSpec,
@@ -84,7 +85,7 @@ def probes(spec: ManifestSpec, extra_startup_s: float = 0.0) -> dict[str, Any]:
 
 
 def env(spec: ManifestSpec, *, with_pod_ip: bool = False) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, Any]] = [{"name": HF_HOME_ENV, "value": HF_CACHE_PATH}]
     if spec.hf_token_secret:
         out.append(
             {
