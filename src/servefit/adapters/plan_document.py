@@ -90,7 +90,7 @@ class MemorySection(FrozenDoc):
     requested_bytes_per_gpu: int
     weights_bytes_per_gpu: int
     weights_bytes_total: int  # every GPU of the layout: parameters once + each GPU's buffers
-    weights_parameter_bytes_total: int  # the parameters as loaded, once (no buffers)
+    weights_parameter_bytes_total: int  # the parameters as the checkpoint stores them, once
     activation_peak_bytes_per_gpu: int
     non_torch_bytes_per_gpu: int
     cuda_graph_bytes_per_gpu: int
@@ -111,6 +111,10 @@ class MemorySection(FrozenDoc):
     state_bytes_per_sequence: int
     sequence_bytes_at_context: int
     mamba_block_limit: int | None
+    # the same GPU's weights as the checkpoint stores them, before vLLM repacks quantized
+    # weights for the kernel it picks on this GPU (weights_bytes_per_gpu counts the kernel's
+    # layout: core/kernel_layout.py); None when the engine's weights are not vLLM's accounting
+    weights_checkpoint_bytes_per_gpu: int | None = None
 
 
 class VerdictSection(FrozenDoc):
@@ -335,6 +339,7 @@ def plan_document(
             state_bytes_per_sequence=plan.state_bytes_per_sequence,
             sequence_bytes_at_context=plan.sequence_bytes_at_context,
             mamba_block_limit=plan.mamba_block_limit,
+            weights_checkpoint_bytes_per_gpu=_checkpoint_weights_per_gpu(plan),
         ),
         fits=plan.fits,
         starts=plan.starts,
@@ -346,3 +351,18 @@ def plan_document(
         performance=performance,
         scaling=scaling,
     )
+
+
+def _checkpoint_weights_per_gpu(plan: CapacityPlan) -> int | None:
+    """The planned GPU's weights as the checkpoint stores them: the pipeline stage whose
+    kernel-laid-out weights are the plan's, counted without the kernel's layout."""
+    r = plan.settings
+    tp, pp = r.tensor_parallel_size, r.pipeline_parallel_size
+    laid = weight_bytes(plan.model, tp=tp, pp=pp, capability=plan.gpu.compute_capability_tuple)
+    stage = next(
+        (i for i, b in enumerate(laid.per_stage_bytes) if int(b) == plan.memory.weights_bytes),
+        None,
+    )
+    if stage is None:
+        return None
+    return int(weight_bytes(plan.model, tp=tp, pp=pp).per_stage_bytes[stage])

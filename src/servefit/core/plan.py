@@ -54,7 +54,12 @@ from servefit.core.plan_settings import (
 from servefit.core.plan_settings import auto_dtype as auto_dtype
 from servefit.core.plan_verdict import STARTUP, capacity_verdict
 from servefit.core.tp_rules import MAX_LISTED_TP, tp_refusals, valid_tp_sizes
-from servefit.core.weights import count_params, pipeline_layer_split, weight_bytes
+from servefit.core.weights import (
+    count_params,
+    kernel_layouts,
+    pipeline_layer_split,
+    weight_bytes,
+)
 from servefit.errors import InvalidArgumentError
 
 MLA_BLOCK_SIZE_HOPPER = 64  # FlashMLA forces block size 64 on compute capability 9.x
@@ -170,7 +175,8 @@ def plan_capacity(
     r, behaviour = resolve_settings(spec, gpu, settings)
     tp, pp = r.tensor_parallel_size, r.pipeline_parallel_size
     check_parallel_layout(spec, tp, pp)
-    weights = weight_bytes(spec, tp=tp, pp=pp)
+    # quantized weights as the kernel vLLM picks on this GPU lays them out (Marlin, ...)
+    weights = weight_bytes(spec, tp=tp, pp=pp, capability=gpu.compute_capability_tuple)
     stages = pipeline_layer_split(spec.num_layers, pp)
     cache = _cache_settings(spec, gpu, r, behaviour, mamba_ssm_dtype, kernel_block_size)
 
@@ -237,7 +243,15 @@ def plan_capacity(
             ),
         )
 
-    assumptions = (*behaviour.notes, *_model_assumptions(spec, tp, cache.mamba_ssm_dtype))
+    assumptions = (
+        *behaviour.notes,
+        *_model_assumptions(spec, tp, cache.mamba_ssm_dtype),
+        *(
+            f"weights as {k.kernel} lays them out on compute capability "
+            f"{gpu.compute_capability}: {k.note}"
+            for k in kernel_layouts(spec, gpu.compute_capability_tuple)
+        ),
+    )
     return CapacityPlan(
         model=spec,
         params=count_params(spec),

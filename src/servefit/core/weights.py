@@ -27,7 +27,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from servefit.core.kernel_layout import (
+    KernelLayout,
+    LayerKind,
+    kernel_layout,
+    laid_out_bias_bytes,
+    laid_out_bytes,
+    moe_padded_dims,
+)
 from servefit.core.model_spec import ModelSpec, MoeSpec
+from servefit.core.quant_formats import WeightFormat
 
 # `X as X`: re-exported, so ``servefit.core.weights.<name>`` keeps working
 from servefit.core.weight_inventory import NAMING as NAMING
@@ -98,22 +107,98 @@ def count_params(spec: ModelSpec) -> ParamCounts:
     )
 
 
+def linear_format(spec: ModelSpec, t: WeightTensor) -> WeightFormat | None:
+    """The format a linear tensor group is stored in, None when it is in the model dtype."""
+    if not t.is_linear or t.dtype is not None:
+        return None
+    if t.role in (Role.ROUTER, Role.EMBEDDING, Role.VISION):
+        return None
+    if t.role is Role.LM_HEAD:
+        # quantized only when a rule names it: vLLM builds lm_head without a quant method
+        # for fp8/AWQ/GPTQ unless the checkpoint lists it
+        rule = spec.quant.rule_for(t.name)
+        return rule.fmt if rule else None
+    return spec.quant.format_for(t.name)
+
+
 def tensor_bytes(spec: ModelSpec, t: WeightTensor) -> float:
     """Bytes of one tensor group as stored: quantized linears in their format, a tensor
     with a dtype of its own (Mamba's float32 ``A``) in it, the rest in the model dtype."""
     if t.dtype is not None:
         return t.num_params * dtype_bytes(t.dtype)
-    if t.is_linear and t.role not in (Role.ROUTER, Role.EMBEDDING, Role.VISION):
-        if t.role is Role.LM_HEAD:
-            # quantized only when a rule names it: vLLM builds lm_head without a quant method
-            # for fp8/AWQ/GPTQ unless the checkpoint lists it
-            rule = spec.quant.rule_for(t.name)
-            fmt = rule.fmt if rule else None
-        else:
-            fmt = spec.quant.format_for(t.name)
-        if fmt is not None:
-            return fmt.linear_bytes(t.in_features, t.out_features) * t.num_copies
+    fmt = linear_format(spec, t)
+    if fmt is not None:
+        return fmt.linear_bytes(t.in_features, t.out_features) * t.num_copies
     return t.num_params * dtype_bytes(spec.dtype)
+
+
+def _layout_of(
+    spec: ModelSpec, t: WeightTensor, capability: tuple[int, int] | None
+) -> tuple[KernelLayout, WeightFormat] | None:
+    fmt = linear_format(spec, t)
+    if fmt is None or t.shard is Shard.VOCAB:
+        return None
+    kind = LayerKind.MOE if t.role is Role.ROUTED_EXPERTS else LayerKind.DENSE
+    layout = kernel_layout(fmt, capability, kind)
+    return None if layout is None else (layout, fmt)
+
+
+def _rank_shape(t: WeightTensor, tp: int) -> tuple[int, int]:
+    """(in, out) features of one rank's slice of a linear tensor group."""
+    if t.shard is Shard.COLUMN:
+        return t.in_features, t.out_features // tp
+    if t.shard is Shard.ROW:
+        return t.in_features // tp, t.out_features
+    if t.shard is Shard.KV_HEADS:
+        return t.in_features, t.out_features * max(1, t.shard_units // tp) // t.shard_units
+    return t.in_features, t.out_features
+
+
+def laid_out_share_bytes(
+    spec: ModelSpec,
+    t: WeightTensor,
+    tp: int,
+    capability: tuple[int, int] | None,
+    linears: dict[str, WeightTensor],
+) -> float | None:
+    """One rank's bytes of ``t`` as the kernel vLLM picks for ``capability`` lays it out
+    (:mod:`servefit.core.kernel_layout`), or None where that is the checkpoint's share."""
+    if capability is None or tp < 1:
+        return None
+    if t.is_linear:
+        found = _layout_of(spec, t, capability)
+        if found is None:
+            return None
+        layout, fmt = found
+        k, n = _rank_shape(t, 1 if t.shard is Shard.REPLICATED else tp)
+        if t.role is Role.ROUTED_EXPERTS:  # w13 (column): K hidden, N intermediate; w2: swapped
+            is_w13 = t.shard is not Shard.ROW
+            hidden, inter = moe_padded_dims(
+                layout,
+                fmt,
+                hidden_size=k if is_w13 else n,
+                intermediate_per_rank=n if is_w13 else k,
+            )
+            k, n = (hidden, inter) if is_w13 else (inter, hidden)
+        per_copy = laid_out_bytes(
+            layout, fmt, in_features=k, out_features=n, model_dtype_bytes=dtype_bytes(spec.dtype)
+        )
+        return per_copy * t.num_copies
+    # a routed expert's bias: padded with its linear, in the kernel's bias dtype
+    parent = linears.get(t.name.removesuffix(".bias")) if t.name.endswith(".bias") else None
+    if parent is None or parent.role is not Role.ROUTED_EXPERTS:
+        return None
+    found = _layout_of(spec, parent, capability)
+    if found is None:
+        return None
+    layout, fmt = found
+    k, n = _rank_shape(parent, tp)
+    is_w13 = parent.shard is not Shard.ROW
+    hidden, inter = moe_padded_dims(
+        layout, fmt, hidden_size=k if is_w13 else n, intermediate_per_rank=n if is_w13 else k
+    )
+    elements = (inter if is_w13 else hidden) * parent.num_copies
+    return elements * laid_out_bias_bytes(layout, dtype_bytes(spec.dtype))
 
 
 def shard_fraction(t: WeightTensor, tp: int) -> float:
@@ -171,24 +256,40 @@ class WeightBytes:
 
 @lru_cache(maxsize=1024)
 def weight_bytes(
-    spec: ModelSpec, *, tp: int = 1, pp: int = 1, include_mtp: bool = False
+    spec: ModelSpec,
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    include_mtp: bool = False,
+    capability: tuple[int, int] | None = None,
 ) -> WeightBytes:
     """Bytes of weights per GPU under TP x PP (vLLM loads MTP layers only for speculative
-    decoding, so they are excluded unless ``include_mtp``)."""
+    decoding, so they are excluded unless ``include_mtp``). With a GPU's compute
+    ``capability``, quantized weights count as the kernel vLLM picks there lays them out
+    (:mod:`servefit.core.kernel_layout`: Marlin or triton_kernels padding, converted
+    scales); without one, as the checkpoint stores them."""
     stages = pipeline_layer_split(spec.num_layers, pp)
     stage_of_layer = {i: s for s, r in enumerate(stages) for i in r}
     per_stage = [0.0] * pp
     per_stage_roles: list[dict[str, float]] = [{} for _ in range(pp)]
     total = 0.0
-    for t in weight_tensors(spec):
+    tensors = weight_tensors(spec)
+    linears = {t.name: t for t in tensors if t.is_linear} if capability else {}
+    for t in tensors:
         if t.role is Role.MTP and not include_mtp:
             continue
-        full = tensor_bytes(spec, t)
-        total += full
-        if t.shard is Shard.VOCAB:
-            share = full * vocab_shard_fraction(spec.vocab_size, tp)
+        laid_out = laid_out_share_bytes(spec, t, tp, capability, linears)
+        if laid_out is not None:  # the rank's bytes as the kernel holds them
+            share = laid_out
+            fraction = shard_fraction(t, tp)
+            total += share / fraction
         else:
-            share = full * shard_fraction(t, tp)
+            full = tensor_bytes(spec, t)
+            total += full
+            if t.shard is Shard.VOCAB:
+                share = full * vocab_shard_fraction(spec.vocab_size, tp)
+            else:
+                share = full * shard_fraction(t, tp)
         if t.layer_index is not None:
             stage = stage_of_layer[t.layer_index]
         elif t.role in (Role.EMBEDDING, Role.VISION):
@@ -212,3 +313,16 @@ def weight_bytes(
         per_stage_bytes=tuple(per_stage),
         buffer_bytes_per_gpu=rope,
     )
+
+
+@lru_cache(maxsize=256)
+def kernel_layouts(spec: ModelSpec, capability: tuple[int, int] | None) -> tuple[KernelLayout, ...]:
+    """The kernel layouts :func:`weight_bytes` applies to this model on a GPU of
+    ``capability`` (for the plan's assumptions), in the order first met."""
+    found: dict[KernelLayout, None] = {}
+    for t in weight_tensors(spec):
+        if t.is_linear:
+            layout = _layout_of(spec, t, capability)
+            if layout is not None:
+                found.setdefault(layout[0])
+    return tuple(found)

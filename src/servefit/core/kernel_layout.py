@@ -1,0 +1,239 @@
+"""Weights as vLLM's kernels lay them out, per (format, compute capability, layer kind).
+
+A checkpoint's bytes are not always what a GPU holds after loading. On a GPU without native
+support for a weight format, vLLM 0.32 repacks the weights for a fallback kernel in
+``process_weights_after_loading``: it pads shapes to the kernel's tiles, converts scales
+(fp8 per-tensor scales become one scale per output channel, block scales one per group and
+channel, in the model dtype), and frees the originals. "Model loading took" is measured after
+that step (``DeviceMemoryProfiler`` reads ``torch.cuda.max_memory_allocated`` after
+``empty_cache`` and a peak reset, vllm/utils/mem_utils.py and vllm/platforms/cuda.py, v0.32),
+so it counts the laid-out tensors, not the checkpoint's, and never the freed originals.
+
+Every rule below names the vLLM 0.32 source it mirrors. Rules are looked up by
+:func:`kernel_layout` and applied to one rank's shapes by :func:`laid_out_bytes`; a format,
+capability or layer kind without a rule here keeps its checkpoint bytes (``None``).
+
+Rules left out on purpose, because vLLM's own source does not determine them:
+
+- MXFP4 MoE on Hopper (``TRITON``): the triton_kernels value/scale swizzle
+  (``HopperMXValueLayout``, ``HopperMXScaleLayout``) pads again, by rules of the
+  triton_kernels release bundled into the wheel, which is not in vLLM's tree. Only the
+  padding vLLM itself applies is counted.
+- MXFP4 MoE on Blackwell (``FLASHINFER_TRTLLM_*``) and NVFP4 / FP8 on compute capability
+  9.0 where vLLM prefers its Humming kernels (``prefers_humming``): their layouts live in
+  FlashInfer and Humming.
+- AWQ / GPTQ through Marlin or Machete: not modelled here (see docs/model.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+from servefit.core.quant_formats import FP32_BYTES, WeightFormat
+from servefit.units import cdiv, round_up
+
+MXFP4_BLOCK = 32  # OCP MX block: one E8M0 scale per 32 elements
+NVFP4_BLOCK = 16  # one FP8 scale per 16 elements
+
+
+class LayerKind(StrEnum):
+    DENSE = "dense"  # a linear layer (attention, dense MLP, shared experts)
+    MOE = "moe"  # a fused MoE layer's routed experts (w13 = gate + up, w2 = down)
+
+
+class Kernel(StrEnum):
+    """The kernel vLLM 0.32 picks, named as its log line names it."""
+
+    MARLIN_FP8 = "Marlin (weight-only FP8)"
+    MARLIN_MOE_FP8 = "MARLIN Fp8 MoE"
+    MARLIN_NVFP4 = "Marlin (weight-only FP4)"
+    MARLIN_MOE_NVFP4 = "MARLIN NvFp4 MoE"
+    MARLIN_MOE_MXFP4 = "MARLIN Mxfp4 MoE"
+    TRITON_MOE_MXFP4 = "TRITON Mxfp4 MoE"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KernelLayout:
+    """How one kernel lays a format's weights out on one rank."""
+
+    kernel: Kernel
+    source: str  # the vLLM 0.32 file and function the rule mirrors
+    note: str  # what the layout changes, in words (for the plan's assumptions)
+
+
+# -- the rules -------------------------------------------------------------------------------
+
+_MARLIN_FP8 = KernelLayout(
+    kernel=Kernel.MARLIN_FP8,
+    source=(
+        "vllm/model_executor/layers/quantization/utils/marlin_utils_fp8.py "
+        "prepare_fp8_layer_for_marlin; marlin_utils.py marlin_padded_nk (v0.32)"
+    ),
+    note=(
+        "fp8 weights repacked for Marlin (no fp8 tensor cores below compute capability 8.9): "
+        "N x K padded to (64, 128) or (128, 64) tiles, scales one per output channel "
+        "(per group of K for block fp8) in the model dtype"
+    ),
+)
+_MARLIN_MOE_FP8 = KernelLayout(
+    kernel=Kernel.MARLIN_MOE_FP8,
+    source=(
+        "vllm/model_executor/layers/quantization/utils/marlin_utils_fp8.py "
+        "prepare_fp8_moe_layer_for_marlin; marlin_utils.py marlin_moe_padded_intermediate "
+        "(v0.32)"
+    ),
+    note=(
+        "fp8 experts repacked for Marlin MoE (Triton fp8 MoE needs compute capability 8.9): "
+        "intermediate padded to lcm(64, block), scales per output channel (per group for "
+        "block fp8) in the model dtype"
+    ),
+)
+_MARLIN_NVFP4 = KernelLayout(
+    kernel=Kernel.MARLIN_NVFP4,
+    source=(
+        "vllm/model_executor/layers/quantization/utils/marlin_utils_fp4.py "
+        "prepare_fp4_layer_for_marlin, nvfp4_marlin_process_scales (v0.32)"
+    ),
+    note=(
+        "nvfp4 weights repacked for Marlin: N x K padded to Marlin tiles, one 8-bit scale "
+        "per 16 elements"
+    ),
+)
+_MARLIN_MOE_NVFP4 = KernelLayout(
+    kernel=Kernel.MARLIN_MOE_NVFP4,
+    source=(
+        "vllm/model_executor/layers/quantization/utils/marlin_utils_fp4.py "
+        "prepare_nvfp4_moe_layer_for_marlin (v0.32)"
+    ),
+    note=(
+        "nvfp4 experts repacked for Marlin MoE: intermediate padded to 64 (128 when the "
+        "hidden size is not a multiple of 128)"
+    ),
+)
+_MARLIN_MOE_MXFP4 = KernelLayout(
+    kernel=Kernel.MARLIN_MOE_MXFP4,
+    source=(
+        "vllm/model_executor/layers/fused_moe/oracle/mxfp4.py "
+        "mxfp4_round_up_hidden_size_and_intermediate_size (MARLIN: intermediate to 128, "
+        "hidden to 256), marlin_utils_fp4.py prepare_moe_mxfp4_layer_for_marlin (v0.32)"
+    ),
+    note=(
+        "MXFP4 experts allocated padded for Marlin (intermediate per rank to a multiple of "
+        "128, hidden to 256), scales kept at one byte per 32, biases in the model dtype"
+    ),
+)
+_TRITON_MOE_MXFP4 = KernelLayout(
+    kernel=Kernel.TRITON_MOE_MXFP4,
+    source=(
+        "vllm/model_executor/layers/fused_moe/oracle/mxfp4.py "
+        "mxfp4_round_up_hidden_size_and_intermediate_size (intermediate to 64) and "
+        "convert_gpt_oss_weight_to_mxfp4_moe_kernel_format (biases to float32); "
+        "quantization/utils/mxfp4_utils.py _swizzle_mxfp4 (scale groups to 4 on 9.0) (v0.32)"
+    ),
+    note=(
+        "MXFP4 experts for the triton_kernels MoE: intermediate per rank padded to a multiple "
+        "of 64, scale groups along K to a multiple of 4, biases in float32; the "
+        "triton_kernels swizzle's own padding is not counted (not in vLLM's source)"
+    ),
+)
+
+# Compute capabilities as (major, minor)
+_FP8_NATIVE = (8, 9)  # cutlass_scaled_mm_supports_fp8 / Platform.supports_fp8 (v0.32)
+_MARLIN_MIN = (7, 5)  # is_fp8_marlin_supported / is_fp4_marlin_supported (v0.32)
+_HUMMING_PREFERRED = (9, 0)  # utils/humming/priority.py _HUMMING_PREFERRED_CAPABILITIES {90}
+_TRITON_MOE_MIN, _TRITON_MOE_MAX = (9, 0), (13, 0)  # gpt_oss_triton_kernels_moe.py
+
+
+def kernel_layout(
+    fmt: WeightFormat, capability: tuple[int, int] | None, kind: LayerKind
+) -> KernelLayout | None:
+    """The kernel layout vLLM 0.32 gives ``fmt`` on a GPU of ``capability``, or None where the
+    checkpoint's bytes are what the GPU holds (native kernels, or a rule not modelled)."""
+    if capability is None or capability < _MARLIN_MIN:
+        return None
+    if fmt.name == "mxfp4" and kind is LayerKind.MOE:
+        # select_mxfp4_moe_backend over _get_priority_backends_for_gpt_oss (oracle/mxfp4.py):
+        # TRITON needs 9.0 <= cc < 13.0 and is moved after MARLIN on 12.x; FlashInfer CUTLASS
+        # takes MXFP4 x BF16 only on 9.0; TRTLLM (10.x) is not modelled.
+        if capability[0] == 12 or capability < _TRITON_MOE_MIN:
+            return _MARLIN_MOE_MXFP4
+        if capability == (9, 0):
+            return _TRITON_MOE_MXFP4
+        return None
+    if fmt.compute_dtype == "fp8" and fmt.bits == 8 and capability < _FP8_NATIVE:
+        # Fp8 linear: CUTLASS / torch._scaled_mm need cc >= 8.9, so MarlinFP8ScaledMMLinearKernel
+        # (kernels/linear/__init__.py _POSSIBLE_FP8_KERNELS); MoE: oracle/fp8.py falls to MARLIN
+        # (TritonExperts takes fp8 only when current_platform.supports_fp8()).
+        return _MARLIN_MOE_FP8 if kind is LayerKind.MOE else _MARLIN_FP8
+    if fmt.name.startswith("nvfp4") and capability < _HUMMING_PREFERRED:
+        # CUTLASS / FlashInfer FP4 need Blackwell; Marlin ranks first below 9.0, Humming on 9.0.
+        return _MARLIN_MOE_NVFP4 if kind is LayerKind.MOE else _MARLIN_NVFP4
+    return None
+
+
+# -- shapes and bytes --------------------------------------------------------------------------
+
+
+def marlin_padded_nk(size_n: int, size_k: int, group_size: int | None) -> tuple[int, int]:
+    """vLLM 0.32 ``marlin_padded_nk`` (quantization/utils/marlin_utils.py): the cheaper of
+    (n to 64, k to lcm(128, group)) and (n to 128, k to lcm(64, group)), by padded area."""
+    group = group_size if group_size and group_size > 0 else 1
+    candidates = (
+        (round_up(size_n, 64), round_up(size_k, math.lcm(128, group))),
+        (round_up(size_n, 128), round_up(size_k, math.lcm(64, group))),
+    )
+    return min(candidates, key=lambda nk: (nk[0] * nk[1], nk[0] + nk[1]))
+
+
+def moe_padded_dims(
+    layout: KernelLayout, fmt: WeightFormat, *, hidden_size: int, intermediate_per_rank: int
+) -> tuple[int, int]:
+    """(hidden, intermediate per rank) as the kernel allocates or pads a MoE layer's experts."""
+    h, i = hidden_size, intermediate_per_rank
+    if layout.kernel is Kernel.MARLIN_MOE_MXFP4:
+        return round_up(h, 256), round_up(i, 128)
+    if layout.kernel is Kernel.TRITON_MOE_MXFP4:
+        return h, round_up(i, 64)
+    if layout.kernel is Kernel.MARLIN_MOE_FP8:
+        group = fmt.block_shape[1] if fmt.block_shape else 1
+        return h, round_up(i, math.lcm(64, group))
+    if layout.kernel is Kernel.MARLIN_MOE_NVFP4:
+        return h, round_up(i, 64 if h % 128 == 0 else 128)
+    return h, i
+
+
+def laid_out_bytes(
+    layout: KernelLayout,
+    fmt: WeightFormat,
+    *,
+    in_features: int,
+    out_features: int,
+    model_dtype_bytes: int,
+) -> float:
+    """Bytes of one ``out x in`` weight (one rank's shape, already padded for MoE by
+    :func:`moe_padded_dims`) with its scales, as ``layout`` keeps it."""
+    k, n = in_features, out_features
+    if layout.kernel in (Kernel.MARLIN_FP8, Kernel.MARLIN_NVFP4):
+        group = fmt.block_shape[1] if fmt.block_shape else fmt.group_size
+        n, k = marlin_padded_nk(n, k, group)
+    if layout.kernel in (Kernel.MARLIN_FP8, Kernel.MARLIN_MOE_FP8):
+        # one fp8 byte a weight; scales in the model dtype (layer.orig_dtype): per output
+        # channel, or per (K group x output channel) for block fp8
+        groups = cdiv(k, fmt.block_shape[1]) if fmt.block_shape else 1
+        return n * k + groups * n * model_dtype_bytes
+    if layout.kernel in (Kernel.MARLIN_NVFP4, Kernel.MARLIN_MOE_NVFP4):
+        # 4-bit weights, one fp8 byte per 16 (nvfp4_marlin_process_scales), fp32 globals
+        return n * k / 2 + n * cdiv(k, NVFP4_BLOCK) + fmt.per_tensor_bytes
+    if layout.kernel is Kernel.MARLIN_MOE_MXFP4:
+        return n * k / 2 + n * cdiv(k, MXFP4_BLOCK)  # E8M0 scales stay one byte
+    if layout.kernel is Kernel.TRITON_MOE_MXFP4:
+        # _swizzle_mxfp4 pads the scale groups along K to a multiple of 4 on 9.0 (#47303)
+        return n * k / 2 + n * round_up(cdiv(k, MXFP4_BLOCK), 4)
+    raise AssertionError(layout.kernel)  # every Kernel has its rule above
+
+
+def laid_out_bias_bytes(layout: KernelLayout, model_dtype_bytes: int) -> int:
+    """Bytes per bias element: the TRITON MXFP4 path converts expert biases to float32."""
+    return FP32_BYTES if layout.kernel is Kernel.TRITON_MOE_MXFP4 else model_dtype_bytes
