@@ -1,8 +1,9 @@
 """Hostile input: model configs and flags, mutated, planned in-process, counted per class.
 
-Run: python benchmarks/fuzz.py [--cases 10000] [--flag-cases 500] [--seed 0]
-(prints two tables; exits 0 whatever the counts; a run of 10,000 configs takes ~5 minutes
-on a 2-core machine).
+Run: python benchmarks/fuzz.py [--cases 10000] [--flag-cases 500] [--artifact-cases 1000]
+[--seed 0] (prints a table per kind: configs, flags, and ``benchmarks/fuzz_artifacts.py``'s
+bench records, preflight facts and calibration profiles; exits 0 whatever the counts; a run
+of 10,000 configs takes ~5 minutes on a 2-core machine, 1,000 artifacts of each kind ~7).
 
 Each config case takes a bundled config (``src/servefit/data/models``), mutates it (a value
 set to NaN, Infinity, 1e308, a 5,000-digit integer, a negative or zero count, a bool, a
@@ -729,10 +730,31 @@ def run(
     return config_counts, flag_counts
 
 
+def _artifacts() -> Any:
+    """``benchmarks/fuzz_artifacts.py``, sharing this module (not a second copy of it)."""
+    import importlib.util
+
+    sys.modules.setdefault("servefit_fuzz", sys.modules[__name__])
+    spec = importlib.util.spec_from_file_location(
+        "servefit_fuzz_artifacts", Path(__file__).with_name("fuzz_artifacts.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=10_000, help="config cases")
     parser.add_argument("--flag-cases", type=int, default=500, help="flag cases")
+    parser.add_argument(
+        "--artifact-cases",
+        type=int,
+        default=1000,
+        help="bench-record, preflight-facts and calibration cases, each (fuzz_artifacts.py)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log", help="write every non-plausible case here (one per line)")
     parser.add_argument(
@@ -750,12 +772,17 @@ def main() -> None:
 
     try:
         config_counts, flag_counts = run(args.cases, args.flag_cases, args.seed, on_case=on_case)
+        artifact_counts = _artifacts().run(args.artifact_cases, args.seed, on_case=on_case)
     finally:
         if log is not None:
             log.close()
     bad = {
         f"{kind} {verdict}": count
-        for kind, counts in (("config", config_counts), ("flag", flag_counts))
+        for kind, counts in (
+            ("config", config_counts),
+            ("flag", flag_counts),
+            *artifact_counts.items(),
+        )
         for verdict, count in counts.items()
         if verdict not in ("plausible", "clean error") and count
     }

@@ -44,7 +44,12 @@ BF16 = 2
         (nvfp4(), B200, LayerKind.MOE, None),
         # Marlin needs cc >= 7.5; int4 and unknown GPUs keep checkpoint bytes
         (fp8_per_tensor(), T4_MINUS, LayerKind.DENSE, None),
-        (int_grouped(4, 128, has_zero_point=False), A100, LayerKind.DENSE, None),
+        # int weight-only (AWQ, GPTQ, compressed-tensors): MarlinLinearKernel unless 9.0
+        # (Machete first; not modelled); int MoE experts: not modelled
+        (int_grouped(4, 128, has_zero_point=False), A100, LayerKind.DENSE, Kernel.MARLIN_WNA16),
+        (int_grouped(4, 128, has_zero_point=True), B200, LayerKind.DENSE, Kernel.MARLIN_WNA16),
+        (int_grouped(4, 128, has_zero_point=False), H100, LayerKind.DENSE, None),
+        (int_grouped(4, 128, has_zero_point=False), A100, LayerKind.MOE, None),
         (fp8_per_tensor(), None, LayerKind.DENSE, None),
     ],
 )
@@ -190,3 +195,29 @@ def test_plan_document_keeps_the_checkpoint_bytes_apart(catalog_model, gpu):
     # the Marlin layout: 5.13 GiB more than the checkpoint (the test above, by hand)
     extra = memory.weights_bytes_per_gpu - memory.weights_checkpoint_bytes_per_gpu
     assert round(extra / GIB_BYTES, 2) == 5.13
+
+
+def test_gptq_on_marlin_keeps_neither_zero_points_nor_g_idx():
+    # a GPTQ 4-bit, group-128 q_proj 4,096 x 4,096 in fp16 on an A100. The checkpoint:
+    # weights 4,096 x 4,096 / 2 = 8,388,608; scales 32 groups x 4,096 x 2 = 262,144;
+    # qzeros 32 x 4,096 x 4 bits = 65,536; g_idx 4,096 x 4 = 16,384: 8,732,672 B.
+    # vLLM 0.32: AutoGPTQLinearMethod allocates no g_idx and asks for no zero points, and
+    # MarlinLinearKernel replaces qzeros with an empty tensor: 8,650,752 B.
+    fmt = int_grouped(4, 128, has_zero_point=True, has_g_idx=True, name="gptq-int")
+    assert fmt.linear_bytes(4096, 4096) == 8_732_672
+    layout = kernel_layout(fmt, A100, LayerKind.DENSE)
+    got = laid_out_bytes(layout, fmt, in_features=4096, out_features=4096, model_dtype_bytes=2)
+    assert got == 8_388_608 + 262_144
+
+
+def test_awq_on_marlin_keeps_its_zero_points_and_pads_to_tiles():
+    # AWQ keeps zero points (marlin_zero_points repacks them at 4 bits): 4,096 x 4,096 is
+    # 8,388,608 + 262,144 + 65,536 B, as in the checkpoint. An output width of 2,912 (not a
+    # multiple of 64) is padded to 2,944 (marlin_padded_nk): 2,944 x 4,096 / 2 of weights
+    # and 32 groups x 2,944 x (2 B scale + 4-bit zero)
+    fmt = int_grouped(4, 128, has_zero_point=True, name="awq-int")
+    layout = kernel_layout(fmt, A100, LayerKind.DENSE)
+    got = laid_out_bytes(layout, fmt, in_features=4096, out_features=4096, model_dtype_bytes=2)
+    assert got == fmt.linear_bytes(4096, 4096) == 8_388_608 + 262_144 + 65_536
+    padded = laid_out_bytes(layout, fmt, in_features=4096, out_features=2912, model_dtype_bytes=2)
+    assert padded == 2944 * 4096 / 2 + 32 * 2944 * 2.5

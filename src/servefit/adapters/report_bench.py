@@ -6,7 +6,11 @@ the mean tokens per request, which the evidence check and the measured economics
 
 from __future__ import annotations
 
+import itertools
+import math
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -33,12 +37,84 @@ def _read_records(path: Path) -> list[RequestRecord]:
         if not line.strip():
             continue
         try:
-            records.append(RequestRecord.model_validate_json(line))
+            record = RequestRecord.model_validate_json(line)
         except ValueError as error:
             raise DatasetError(
                 f"--bench {path}:{n} is not a request record: {_first_error(error)}"
             ) from None
+        problem = record_problem(record)
+        if problem:
+            raise DatasetError(f"--bench {path}:{n} is not a request record: {problem}")
+        records.append(record)
     return records
+
+
+# -- what no run writes: the values are read into range-checked figures at this boundary
+
+# numbers a run may write negative: the client's lag behind the schedule (a timer may fire
+# early), what the prefix cache saved (warm may be slower than cold), the server's counter
+# deltas (a counter restarts with its server); the schedule's own clock
+NEGATIVE_OK = frozenset({"client_lag_s", "ttft_from_scheduled_s", "ttft_saved_s", "scheduled_s"})
+UNREAD = frozenset({"config", "server", "prediction"})  # free-form, not figures the report uses
+
+
+def _numbers(doc: Any, where: str = "") -> Iterator[tuple[str, float]]:
+    """Every number of a decoded document with its dotted path."""
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            yield from _numbers(value, f"{where}.{key}" if where else str(key))
+    elif isinstance(doc, list):
+        for i, value in enumerate(doc):
+            yield from _numbers(value, f"{where}.{i}")
+    elif isinstance(doc, int | float) and not isinstance(doc, bool):
+        yield where, doc
+
+
+def number_problem(doc: dict[str, Any]) -> str | None:
+    """The first number no run writes: NaN, an infinity, a negative count, time or rate."""
+    for where, value in _numbers({k: v for k, v in doc.items() if k not in UNREAD}):
+        names = set(where.split("."))
+        if not math.isfinite(value):
+            return f"{where}: {value} is not a finite number"
+        if value < 0 and not names & NEGATIVE_OK and not where.startswith("server_metrics."):
+            return f"{where}: {value} is negative"
+    return None
+
+
+def record_problem(record: RequestRecord) -> str | None:
+    """Why a record cannot be one a request left: a number that is not finite or is
+    negative, or its times out of order (sent, headers, every chunk, done: one monotonic
+    clock read in that order)."""
+    problem = number_problem(record.model_dump())
+    if problem:
+        return problem
+    times = [
+        ("sent_s", record.sent_s),
+        ("headers_s", record.headers_s),
+        *((f"chunk_s.{i}", t) for i, t in enumerate(record.chunk_s)),
+        ("done_s", record.done_s),
+    ]
+    known = [(name, t) for name, t in times if t is not None]
+    for (before, a), (after, b) in itertools.pairwise(known):
+        if b < a:
+            return f"{after}: {b} is before {before} {a} (times go one way)"
+    return None
+
+
+def summary_problem(result: BenchResult) -> str | None:
+    """Why a summary cannot be one a run wrote: a figure that is not finite or is negative,
+    or more requests in flight on average than the run had (Little's law)."""
+    problem = number_problem(result.model_dump())
+    if problem:
+        return problem
+    s = result.summary
+    requests = s.successful + s.errored + s.incomplete
+    if s.achieved_concurrency > requests * (1 + 1e-9) + 1e-9:
+        return (
+            f"summary.achieved_concurrency: {s.achieved_concurrency:g} requests in flight on "
+            f"average, of {requests} in the run"
+        )
+    return None
 
 
 def load_groups(directory: Path) -> dict[str, list[RequestRecord]]:
@@ -65,6 +141,9 @@ def load_bench(directory: Path) -> tuple[BenchResult, list[RequestRecord]]:
         raise DatasetError(
             f"--bench {summary} is not a servefit bench summary: {_first_error(error)}"
         ) from None
+    problem = summary_problem(result)
+    if problem:
+        raise DatasetError(f"--bench {summary} is not a servefit bench summary: {problem}")
     path = directory / "requests.jsonl"
     if path.exists():
         return result, _read_records(path)
@@ -90,6 +169,12 @@ def _values(records: list[RequestRecord]) -> tuple[list[float], list[float]]:
         [v.ttft_s for v in per_request if v.ttft_s is not None],
         [v.tpot_s for v in per_request if v.tpot_s is not None],
     )
+
+
+def _count(delta: float | None) -> float | None:
+    """A counter's increase over the run; unknown when it went down (the server restarted
+    and its counter with it)."""
+    return delta if delta is None or delta >= 0 else None
 
 
 def measured_section(
@@ -118,7 +203,7 @@ def measured_section(
         turn_ttft_s=[t.ttft_s_mean for t in result.turns if t.ttft_s_mean is not None],
         kv_usage_max=result.server_peaks.get("kv_cache_usage"),
         waiting_max=result.server_peaks.get("requests_waiting"),
-        preemptions=result.server_metrics.get("preemptions"),
+        preemptions=_count(result.server_metrics.get("preemptions")),
         served_model=served if isinstance(served, str) and served else None,
         prompt_tokens_mean=s.prompt_tokens_total / n if n else None,
         output_tokens_mean=s.completion_tokens_total / n if n else None,

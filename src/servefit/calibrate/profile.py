@@ -16,8 +16,12 @@ plans then run at the ceilings. ``step_overhead_s`` is the engine profile's (not
 
 from __future__ import annotations
 
+import dataclasses
+import math
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -25,7 +29,7 @@ from servefit.adapters.catalog import gpu_catalog
 from servefit.adapters.document import FrozenDoc
 from servefit.core.hardware import GpuSpec
 from servefit.core.roofline import EfficiencyProfile
-from servefit.errors import ConfigError
+from servefit.errors import ConfigError, ServefitError
 
 
 class DeviceSection(FrozenDoc):
@@ -123,7 +127,52 @@ def load_calibration(path: Path) -> CalibrationDocument:
         ) from None
     if doc.schema_version != 1:
         raise ConfigError(f"--calibration {path}: unsupported schema_version {doc.schema_version}")
+    problem = calibration_problem(doc)
+    if problem:
+        raise ConfigError(
+            f"--calibration {path} is not a profile a calibration can have measured ({problem}); "
+            "make one with `servefit calibrate --output FILE`"
+        )
+    if doc.device.catalog_gpu is not None:
+        try:
+            gpu_catalog().get(doc.device.catalog_gpu)
+        except ServefitError:
+            raise ConfigError(
+                f"--calibration {path}: device.catalog_gpu {doc.device.catalog_gpu!r} is not in "
+                "servefit's GPU catalog (`servefit gpus` lists it); calibrate again with this "
+                "servefit"
+            ) from None
     return doc
+
+
+# figures that are rates of a device that exists: above zero
+POSITIVE = ("bandwidth_bytes_per_s", "flops_per_s")
+EFFICIENCIES = ("gemm_efficiency", "attention_efficiency", "memory_efficiency")
+
+
+def _numbers(value: Any, where: str = "") -> Iterator[tuple[str, float]]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _numbers(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _numbers(item, f"{where}.{i}")
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        yield where, value
+
+
+def calibration_problem(doc: CalibrationDocument) -> str | None:
+    """The first figure no calibration measures: not finite, negative, a device rate or size
+    of zero, an efficiency outside (0, 1] (each is a measured ceiling over the datasheet's)."""
+    for where, value in _numbers(dataclasses.asdict(doc)):
+        if not math.isfinite(value) or value < 0:
+            return f"{where}: {value}, not a finite non-negative number"
+        names = where.split(".")
+        if any(n.endswith(POSITIVE) for n in names) and value == 0:
+            return f"{where}: 0, a device has more"
+        if names[-1] in EFFICIENCIES and not 0 < value <= 1:
+            return f"{where}: {value}, an efficiency is in (0, 1]"
+    return None
 
 
 def calibrated_profile(

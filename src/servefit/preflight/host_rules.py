@@ -222,6 +222,9 @@ def check_engine_torch(facts: HostFacts) -> Check:
             reason=f"no vLLM or SGLang installed in {t.python or 'the probed Python'}",
             remedy="install the engine (or point --python at its environment)",
         )
+    engine_problems = [p for engine in facts.engines for p in engine.problems()]
+    if engine_problems:
+        return impossible(name, "the engine's report", engine_problems)
     if not t.version:
         return Check(
             name=name,
