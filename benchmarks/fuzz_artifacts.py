@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib.util
 import io
 import itertools
@@ -167,6 +168,7 @@ def _samples_jsonl() -> str:
     return "".join(line + "\n" for line in lines)
 
 
+@functools.cache
 def bench_folder(layout: str) -> dict[str, str]:
     """A bench run's files as ``servefit bench`` writes them: ``plain`` or ``compare``
     (``--prefix-cache-compare``: cold/ and warm/, the top-level summary the warm run's)."""
@@ -193,6 +195,7 @@ def bench_folder(layout: str) -> dict[str, str]:
     }
 
 
+@functools.cache
 def facts_json() -> str:
     """A recording of a healthy host (2 x H100, driver 580, CUDA 13.0, torch 2.13, vLLM)."""
     from servefit.preflight.facts import (
@@ -243,6 +246,7 @@ def facts_json() -> str:
     return facts.model_dump_json(indent=1)
 
 
+@functools.cache
 def calibration_json() -> str:
     """A device calibration of an H100 as ``servefit calibrate`` writes one."""
     from servefit.adapters.catalog import gpu_catalog
@@ -382,8 +386,9 @@ def mutate_jsonl(text: str, pick: Chooser, notes: list[str]) -> str:
     n = int(pick.random() * len(lines))
     action = pick.random()
     if action < 0.6:
+        before = len(notes)
         lines[n] = mutate_json(lines[n], pick, notes).replace("\n", "")
-        notes[-1] = f"line {n + 1}: {notes[-1]}"
+        notes[before:] = [f"line {n + 1}: " + "; ".join(notes[before:])]
     elif action < 0.7:
         lines[n] = lines[n][: int(pick.random() * len(lines[n]))]
         notes.append(f"line {n + 1} cut")

@@ -32,7 +32,7 @@ FOLDER = Path(tempfile.mkdtemp(prefix="servefit-fuzz-facts-"))
 
 
 @settings(
-    max_examples=60,
+    max_examples=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -34,7 +34,7 @@ def _plan_once():
 
 
 @settings(
-    max_examples=70,
+    max_examples=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
