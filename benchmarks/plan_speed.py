@@ -7,14 +7,23 @@ for a capacity-only plan (``--no-performance --json``) and <= 0.35 s with the pe
 section; <= 2 s for a 10,000-configuration sweep. Cold starts are medians of 7 runs; on a
 machine shared with other work they are slower, so the table also prints ``python -c pass``
 and ``servefit --version`` measured in the same run as the baseline to read them against.
-The CLI runs byte-compiled, as an installed package does.
+The CLI runs byte-compiled, as an installed package does, through the console script's
+entry point (``servefit.cli.entry``).
+
+``--instructions`` also counts the CPU instructions of each cold start under valgrind
+(``cachegrind``, when installed): a count the machine's load does not change, to compare
+commits on a shared machine, and to see where the time goes (the CLI's imports, one frozen
+dataclass per value type, the plan itself).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import itertools
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -106,16 +115,58 @@ def deployment_latency() -> tuple[float, float]:
     return median_s(32768), median_s(262144)  # fits; does not (a recommendation is searched)
 
 
+# the console script's own entry point, as ``servefit`` runs it
+CLI = [sys.executable, "-c", "import sys; from servefit.cli.entry import main; sys.exit(main())"]
+SEED = ["plan", "Qwen/Qwen3.6-27B-FP8", "--gpu", "A40", "--max-model-len", "32768"]
+SEED += ["--max-num-seqs", "128"]  # the README's quick start: it fits
+# what each cold start runs, after the program (the CLI, or python itself)
+COLD_CASES = {
+    "python": ("-c", "pass"),
+    "click": ("-c", "import click"),
+    "version": ("--version",),
+    "capacity": (*SEED, "--no-performance", "--json"),
+    "performance": (*SEED, "--json"),
+}
+
+
+def _bytecode_env() -> dict[str, str]:
+    cache = tempfile.mkdtemp(prefix="servefit-pycache-")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPYCACHEPREFIX": cache}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def cli_instructions() -> dict[str, int] | None:
+    """Instructions each cold start executes (valgrind's cachegrind), or None without it."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return None
+    env = _bytecode_env()
+    subprocess.run([*CLI, *COLD_CASES["performance"]], env=env, capture_output=True, check=True)
+    counts = {}
+    for name, args in COLD_CASES.items():
+        program = [sys.executable] if name in ("python", "click") else CLI
+        tool = ["--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
+        run = subprocess.run(
+            [valgrind, *tool, *program, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        found = re.search(r"I\s+refs:\s+([\d,]+)", run.stderr)
+        if found is None:
+            return None
+        counts[name] = int(found.group(1).replace(",", ""))
+    return counts
+
+
 def cli_cold_start() -> dict[str, float]:
     # A fresh process with the package byte-compiled, as pip installs it: bytecode goes to a
     # temporary cache (PYTHONDONTWRITEBYTECODE, set on some machines, would otherwise make
     # every run recompile servefit's sources) and one warm-up run fills it.
-    cache = tempfile.mkdtemp(prefix="servefit-pycache-")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPYCACHEPREFIX": cache}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    cli = [sys.executable, "-m", "servefit.cli.main"]
-    seed = ["plan", "Qwen/Qwen3.6-27B-FP8", "--gpu", "A40", "--max-model-len", "32768"]
-    seed += ["--max-num-seqs", "128"]  # the README's quick start: it fits
+    env = _bytecode_env()
+    cli, seed = CLI, SEED
 
     def seconds(*args: str, program: list[str] = cli) -> float:
         start = time.perf_counter()
@@ -168,6 +219,13 @@ def sweep() -> tuple[int, float]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="also count each cold start's CPU instructions under valgrind (load-independent)",
+    )
+    options = parser.parse_args()
     print("servefit planner speed (median of repeats)\n")
     print(f"{'what':58s} {'measured':>12s} {'target':>10s}")
     for model_id, cold, warm in plan_latency():
@@ -190,6 +248,12 @@ def main() -> None:
     ]
     for label, key, target in rows:
         print(f"{label:58s} {cold[key]:10.3f} s {target:>10s}")
+    counts = cli_instructions() if options.instructions else None
+    if options.instructions and counts is None:
+        print("(--instructions: valgrind is not installed; no counts)")
+    for name, value in (counts or {}).items():
+        label = f"instructions, cold start: {name} ({' '.join(COLD_CASES[name])[:28]})"
+        print(f"{label:58s} {value / 1e6:8.0f} M")
     count, seconds = sweep()
     print(
         f"{f'sweep of {count:,} configurations (6 models x 5 GPUs x ...)':58s} "
