@@ -10,18 +10,20 @@ and lets a user check it against their own numbers.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from servefit.adapters.catalog import efficiency_table, find_catalog_model, gpu_catalog
+from servefit.core.hardware import GpuSpec
 from servefit.core.hf_config import spec_from_hf_config
 from servefit.core.model_spec import ModelSpec
+from servefit.core.op_coeffs import ModelCoeffs
 from servefit.core.ops import model_coeffs
 from servefit.core.perf import prefill_time_s, simulate_load
-from servefit.core.plan import ServeSettings, plan_capacity
+from servefit.core.plan import CapacityPlan, ServeSettings, plan_capacity
 from servefit.core.quant import WeightFormat, gguf, mlx_affine, nvfp4, uniform_quant
 from servefit.core.roofline import EfficiencyProfile
 from servefit.core.workload import LengthDist, Workload
@@ -139,13 +141,21 @@ def profile_for(m: Measurement) -> EfficiencyProfile:
     return efficiency_table().for_gpu(gpu, m.engine)
 
 
-def predict(
-    m: Measurement, profile: EfficiencyProfile | None = None, *, max_requests: int | None = None
-) -> float:
-    """servefit's prediction of ``m.metric`` for the measured setup (``max_requests`` caps
-    the simulated requests: faster, for fitting)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedMeasurement:
+    """What a prediction of ``measurement`` needs that no efficiency factor changes: the
+    model, the capacity plan and the operator coefficients (a fit reuses them across the
+    thousands of profiles it tries)."""
+
+    measurement: Measurement
+    gpu: GpuSpec
+    plan: CapacityPlan
+    coeffs: ModelCoeffs
+
+
+def prepare(m: Measurement) -> PreparedMeasurement:
+    """Parse the model and plan the measured setup once (no efficiency factor enters)."""
     gpu = gpu_catalog().get(m.gpu)
-    profile = profile or efficiency_table().for_gpu(gpu, m.engine)
     spec = _spec(m)
     w = m.workload
     s = m.settings
@@ -167,6 +177,27 @@ def predict(
     coeffs = model_coeffs(
         plan.model, tp=m.tp, pp=m.pp, ep=m.ep, kv_cache_dtype=plan.settings.kv_cache_dtype
     )
+    return PreparedMeasurement(measurement=m, gpu=gpu, plan=plan, coeffs=coeffs)
+
+
+def predict(
+    m: Measurement, profile: EfficiencyProfile | None = None, *, max_requests: int | None = None
+) -> float:
+    """servefit's prediction of ``m.metric`` for the measured setup (``max_requests`` caps
+    the simulated requests: faster, for fitting)."""
+    return predict_prepared(prepare(m), profile, max_requests=max_requests)
+
+
+def predict_prepared(
+    prepared: PreparedMeasurement,
+    profile: EfficiencyProfile | None = None,
+    *,
+    max_requests: int | None = None,
+) -> float:
+    """Like :func:`predict`, for a measurement that :func:`prepare` has planned."""
+    m, gpu, plan, coeffs = prepared.measurement, prepared.gpu, prepared.plan, prepared.coeffs
+    profile = profile or efficiency_table().for_gpu(gpu, m.engine)
+    w = m.workload
     if m.metric == "prefill_tok_per_s":
         chunk = plan.settings.max_num_batched_tokens
         seconds = prefill_time_s(coeffs, gpu, profile, w.input_len, 0, chunk)
