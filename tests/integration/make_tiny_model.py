@@ -38,6 +38,9 @@ are vLLM dependencies; servefit's own environment does not have them)::
   dims) and Mamba-2 (the ``mamba2`` arch's shape, no gated-norm weight) side by side, then a
   256-wide gated MLP. vLLM registers 2 attention + 2 Mamba cache layers; the 35,072-byte state
   page raises the CPU's 128-token block to 256.
+* ``nas``: ``DeciLMForCausalLM`` (Nemotron-NAS, ``make_tiny_nas.py``): 4 blocks of unequal
+  attention (2, none, 1 and 2 KV heads) and MLP widths (``block_configs``); served with
+  ``--trust-remote-code`` (its configuration module ships in the directory).
 * ``granite_hybrid``: ``GraniteMoeHybridForCausalLM`` (Granite-4.0-H), 4 layers per
   ``layer_types``: 3 Mamba-2 (the ``mamba2`` arch's shape) and 1 attention (4 query / 2 KV
   heads of 32 dims, no positional encoding); every layer's MLP a 4-expert MoE (top-2,
@@ -164,7 +167,7 @@ HYBRID_CONV_KERNEL = 4
 MAMBA2_NUM_HEADS = 4
 MAMBA2_HEAD_DIM = 64
 MAMBA2_STATE_SIZE = 64
-ARCHS = ("llama", "moe", "sliding", "hybrid", "mamba2", "falcon_h1", "granite_hybrid")
+ARCHS = ("llama", "moe", "sliding", "hybrid", "mamba2", "falcon_h1", "granite_hybrid", "nas")
 
 
 def _special_ids(tokenizer) -> dict:
@@ -384,6 +387,20 @@ def build_model(out_dir: Path, tokenizer, dtype: str = DTYPE, arch: str = "llama
 
 def _build_other_model(out_dir: Path, tokenizer, dtype: str, arch: str) -> dict:
     import torch
+
+    if arch == "nas":  # no transformers class: written tensor by tensor (make_tiny_nas.py)
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from make_tiny_nas import build_nas
+
+        return build_nas(
+            out_dir,
+            tokenizer,
+            dtype,
+            hidden=HIDDEN_SIZE,
+            heads=NUM_HEADS,
+            max_pos=MAX_POSITION_EMBEDDINGS,
+            seed=SEED,
+        )
 
     makers = {
         "moe": _moe_model,

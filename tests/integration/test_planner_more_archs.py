@@ -55,6 +55,7 @@ from servefit.adapters.model_source import load_model
 from servefit.core.engines.vllm_cpu import VllmCpuEngine
 from servefit.core.hardware import custom_gpu
 from servefit.core.plan import ServeSettings, plan_capacity
+from servefit.core.weights import count_params
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -76,6 +77,12 @@ ARCHS = {
         "max_num_batched_tokens": 2048,
         "block_size": 64,
     },
+    # Nemotron-NAS: per-layer KV heads; its configuration module ships in the model directory
+    "nas": {
+        "architecture": "DeciLMForCausalLM",
+        "max_num_batched_tokens": 2048,
+        "extra_args": ["--trust-remote-code"],
+    },
 }
 
 RESOLVED_ARCH_RE = re.compile(r"Resolved architecture: (?P<arch>\w+)")
@@ -95,6 +102,7 @@ def _serve_and_collect(arch: str, tmp_path_factory: pytest.TempPathFactory) -> d
     extra = ["--max-num-batched-tokens", str(mnbt), "--max-num-seqs", str(MAX_NUM_SEQS)]
     if "block_size" in ARCHS[arch]:
         extra += ["--block-size", str(ARCHS[arch]["block_size"])]
+    extra += ARCHS[arch].get("extra_args", [])
     work_dir = tmp_path_factory.mktemp(f"vllm-{arch}")
     t0 = time.monotonic()
     server = helper.start(helper.free_port(), work_dir, python=python, arch=arch, extra_args=extra)
@@ -156,6 +164,12 @@ def hybrid_engine(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return _serve_and_collect("hybrid", tmp_path_factory)
 
 
+@pytest.fixture(scope="module")
+def nas_engine(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """What vLLM built for the tiny Nemotron-NAS (its server already stopped)."""
+    return _serve_and_collect("nas", tmp_path_factory)
+
+
 def _plan(model_dir: Path, f: dict):
     """As ``test_planner_vs_vllm._plan``, with the server's scheduler limits too."""
     loaded = load_model(str(model_dir), allow_hub=False)
@@ -183,7 +197,7 @@ def _report(f: dict, plan) -> str:
     )
 
 
-ENGINES = pytest.mark.parametrize("engine", ["moe_engine", "sliding_engine"])
+ENGINES = pytest.mark.parametrize("engine", ["moe_engine", "sliding_engine", "nas_engine"])
 
 
 @ENGINES
@@ -276,3 +290,31 @@ def test_hybrid_block_size_64_plans_as_the_engine_runs(hybrid_engine):
     assert f"{plan.max_concurrency:.2f}" == f"{f['max_concurrency']:.2f}", report
     if "avx512_bf16" not in host.architecture.split():  # bf16 state: the docstring's numbers
         assert (plan.settings.block_size, plan.num_blocks) == (192, 21_845)
+
+
+def test_nas_layers_of_unequal_pages_share_one_group(nas_engine):
+    """Nemotron-NAS's three attention layers (2, 1 and 2 KV heads; block 1 has none) keep
+    pages of 32, 16 and 32 KiB at the CPU's 128-token block: vLLM 0.32 puts them in one
+    group (``UniformTypeKVCacheSpecs``), a block id costing their sum, 80 KiB. 1 GiB holds
+    2^30 // 81,920 = 13,107 blocks; a 4,096-token request needs 32 of them: 409.59x, printed
+    as int(409.59375 x 4,096) = 1,677,696 tokens. Unifying the pages instead (the smaller
+    page's block doubled, two groups) would have said 13,107 / 48 = 273.06x."""
+    f = nas_engine
+    loaded = load_model(str(f["model_dir"]), allow_hub=False)
+    settings = ServeSettings(
+        max_model_len=f["max_model_len"],
+        kv_cache_memory_bytes=f["kv_cache_memory_bytes"],
+        max_num_batched_tokens=f["max_num_batched_tokens"],
+        max_num_seqs=f["max_num_seqs"],
+        vllm_version="0.32",
+    )
+    plan = VllmCpuEngine().plan(loaded.spec, detect_cpu().device, settings)
+    report = _report(f, plan) + f" (server ready in {f['startup_seconds']} s)"
+    print("\n" + report)
+    assert (f["num_blocks"], f["kv_cache_tokens"]) == (13_107, 1_677_696), report
+    assert (plan.num_blocks, plan.kv_cache_tokens) == (13_107, 1_677_696), report
+    assert plan.max_concurrency == pytest.approx(
+        float(f["metrics"]["kv_cache_max_concurrency"]), rel=1e-12
+    ), report
+    built = json.loads((f["model_dir"] / "BUILD_INFO.json").read_text())
+    assert count_params(loaded.spec).total == built["params"] == 697_216

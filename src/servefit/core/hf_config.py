@@ -10,7 +10,8 @@ This module is the entry point: the ``model_type`` -> parser table, the vision t
 estimate and :func:`spec_from_hf_config`. The generic field mapping is in
 :mod:`servefit.core.hf_fields`; the parsers are in :mod:`servefit.core.hf_families`
 (attention-only decoders), :mod:`servefit.core.hf_hybrid` (linear attention / Mamba hybrids)
-and :mod:`servefit.core.hf_ssm` (pure Mamba-1/2, Granite-4.0-H, Falcon-H1).
+and :mod:`servefit.core.hf_ssm` (pure Mamba-1/2, Granite-4.0-H, Falcon-H1) and
+:mod:`servefit.core.hf_nas` (Nemotron-NAS's per-layer blocks).
 
 Pure: takes dictionaries, returns values. Reading files and the Hub is the adapters' job.
 """
@@ -46,6 +47,7 @@ from servefit.core.hf_fields import (
 )
 from servefit.core.hf_hybrid import NEMOTRON_H_SYMBOLS as NEMOTRON_H_SYMBOLS
 from servefit.core.hf_hybrid import parse_jamba, parse_nemotron_h, parse_qwen_hybrid
+from servefit.core.hf_nas import parse_nemotron_nas
 from servefit.core.hf_ssm import (
     parse_falcon_h1,
     parse_granite_hybrid,
@@ -89,6 +91,7 @@ _FAMILIES: dict[str, Callable[[Fields, str], ModelSpec]] = {
     "gpt_oss": parse_gpt_oss,
     "deepseek_v2": parse_deepseek,
     "deepseek_v3": parse_deepseek,
+    "deepseek_v32": parse_deepseek,
     "kimi_k2": parse_deepseek,
     "qwen3_next": parse_qwen_hybrid,
     "qwen3_5": parse_qwen_hybrid,
@@ -102,9 +105,38 @@ _FAMILIES: dict[str, Callable[[Fields, str], ModelSpec]] = {
     "mamba2": parse_mamba2,
     "granitemoehybrid": parse_granite_hybrid,
     "falcon_h1": parse_falcon_h1,
+    "nemotron-nas": parse_nemotron_nas,
 }
 
 SUPPORTED_MODEL_TYPES = tuple(sorted(_FAMILIES))
+
+# Families vLLM 0.32 serves that servefit does not plan yet, and why: refused by name rather
+# than as an unknown model_type (issue 13's list; each reason read in vLLM 0.32's source).
+_KIMI_LINEAR = (
+    "Kimi-Linear (KimiLinearForCausalLM) interleaves Kimi Delta Attention layers with MLA: "
+    "vLLM 0.32 (vllm/models/kimi_k3, KimiK3DeltaAttention) keeps a KDA state of a conv "
+    "window plus a float32 heads x head_dim x head_dim recurrent state, and a prefill-"
+    "checkpoint block whose count depends on the CUDA prefill kernel chosen at startup; "
+    "servefit does not model KDA layers yet"
+)
+_GEMMA3N = (
+    "Gemma 3n (Gemma3nForCausalLM / Gemma3nForConditionalGeneration): its last "
+    "num_kv_shared_layers layers reuse earlier layers' KV cache (no cache of their own, vLLM "
+    "0.32 model_executor/models/gemma3n.py kv_sharing_target_layer_name), and its AltUp, "
+    "Laurel and per-layer-embedding weights are not modelled; servefit does not plan it yet"
+)
+_GEMMA4 = (
+    "Gemma 4 (Gemma4ForCausalLM): vLLM 0.32 serves it with KV sharing across its last "
+    "num_kv_shared_layers layers (model_executor/models/gemma4.py); servefit does not "
+    "model shared-KV layers yet"
+)
+REFUSED_MODEL_TYPES: dict[str, str] = {
+    "kimi_linear": _KIMI_LINEAR,
+    "gemma3n": _GEMMA3N,
+    "gemma3n_text": _GEMMA3N,
+    "gemma4": _GEMMA4,
+    "gemma4_text": _GEMMA4,
+}
 
 
 def _vision_params(v: Config, text_hidden: int, where: str) -> VisionSpec:
@@ -156,6 +188,11 @@ def spec_from_hf_config(
     if not isinstance(model_type, str):
         raise ConfigError(f"{name}: model_type must be a string, got {show(model_type)}")
     parser = _FAMILIES.get(model_type)
+    if model_type in REFUSED_MODEL_TYPES:
+        raise UnsupportedArchitectureError(
+            f"{name}: model_type {model_type!r} (architecture {architecture or 'unknown'}) is "
+            f"not planned: {REFUSED_MODEL_TYPES[model_type]}. Refusing rather than guessing."
+        )
     if parser is None:
         structural = sorted(k for k in text if k in STRUCTURAL_FIELDS)
         detail = f"; structural fields present: {', '.join(structural)}" if structural else ""

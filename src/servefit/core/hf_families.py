@@ -10,13 +10,19 @@ refused. Hybrids with linear attention or Mamba are in :mod:`servefit.core.hf_hy
 from __future__ import annotations
 
 from servefit.core.hf_fields import (
+    HEAD_DIM,
+    HEADS,
+    LAYER_INDEX,
+    PERIOD,
     Fields,
     attention_spec,
     build_spec,
+    checked_int,
     dense_mlp_spec,
     layer_types_of,
     window_of,
 )
+from servefit.core.hf_values import Limit
 from servefit.core.model_spec import (
     DenseMlpSpec,
     LayerSpec,
@@ -25,6 +31,7 @@ from servefit.core.model_spec import (
     ModelSpec,
     MoeSpec,
 )
+from servefit.errors import ConfigError
 
 # HF's default for the Gemma 3 local:global interleave when a config omits it.
 GEMMA3_DEFAULT_SLIDING_PATTERN = 6  # transformers Gemma3TextConfig.sliding_window_pattern
@@ -161,7 +168,7 @@ def parse_gpt_oss(f: Fields, name: str) -> ModelSpec:
     return build_spec(f, name=name, layers=layers, naming="gpt_oss")
 
 
-def _mla(f: Fields) -> MlaSpec:
+def _mla(f: Fields, *, indexer: bool = False) -> MlaSpec:
     return MlaSpec(
         num_heads=f.int("num_attention_heads"),
         q_lora_rank=f.optional_int("q_lora_rank"),
@@ -169,7 +176,39 @@ def _mla(f: Fields) -> MlaSpec:
         qk_nope_head_dim=f.int("qk_nope_head_dim"),
         qk_rope_head_dim=f.int("qk_rope_head_dim"),
         v_head_dim=f.int("v_head_dim"),
+        index_num_heads=_indexer_int(f, "index_n_heads", HEADS) if indexer else 0,
+        index_head_dim=_indexer_int(f, "index_head_dim", HEAD_DIM) if indexer else 0,
     )
+
+
+def _indexer_int(f: Fields, name: str, limit: Limit, default: int | None = None) -> int:
+    """An ``index_*`` field, in its limit (docs/model.md's table lists them)."""
+    value = f.get(name, default=default)
+    if value is None:
+        raise ConfigError(f"{f.where}: missing required field {name!r} (index_topk is set)")
+    return checked_int(f.where, name, value, limit)
+
+
+# DeepSeek-V3.2 IndexCache defaults (vLLM 0.32 deepseek_v2.py DeepseekV2MLAAttention)
+INDEX_TOPK_FREQ_DEFAULT = 1
+INDEX_SKIP_TOPK_OFFSET_DEFAULT = 2
+
+
+def _indexer_layers(f: Fields, n: int) -> frozenset[int]:
+    """The layers that build a lightning indexer (and its cache). vLLM 0.32
+    (model_executor/models/deepseek_v2.py ``DeepseekV2MLAAttention.__init__``): a model is
+    sparse when its config has ``index_topk``; a layer skips its indexer when
+    ``index_topk_pattern[i] == "S"``, else when ``max(i - index_skip_topk_offset + 1, 0) %
+    index_topk_freq != 0`` (DeepSeek-V3.2: every layer has one); MTP layers always do."""
+    if f.get("index_topk") is None:
+        return frozenset()
+    f.int("index_topk")  # checked; the tokens each query attends to, not a cache size
+    if f.get("index_topk_pattern") is not None:
+        pattern = f.text("index_topk_pattern")
+        return frozenset(i for i in range(n) if i >= len(pattern) or pattern[i] != "S")
+    freq = _indexer_int(f, "index_topk_freq", PERIOD, INDEX_TOPK_FREQ_DEFAULT)
+    offset = _indexer_int(f, "index_skip_topk_offset", LAYER_INDEX, INDEX_SKIP_TOPK_OFFSET_DEFAULT)
+    return frozenset(i for i in range(n) if max(i - offset + 1, 0) % freq == 0)
 
 
 def _deepseek_style_moe(f: Fields, *, default_noaux: bool = False) -> MoeSpec | None:
@@ -195,16 +234,21 @@ def _deepseek_style_is_moe(f: Fields, i: int) -> bool:
 
 def parse_deepseek(f: Fields, name: str) -> ModelSpec:
     """DeepSeek-V2/V3/R1, Kimi-K2, GLM-4.7-Flash: MLA everywhere, MoE after the first
-    dense layers."""
+    dense layers; DeepSeek-V3.2 adds a lightning indexer to the MLA layers."""
     n = f.int("num_hidden_layers")
     # MLA: KV is the latent, not these fields (checked all the same)
     f.optional_int("num_key_value_heads")
     f.optional_int("head_dim")
     moe = _deepseek_style_moe(f, default_noaux=f.text("model_type") == "glm4_moe_lite")
+    indexed = _indexer_layers(f, n)
+    sparse = f.get("index_topk") is not None
+    if sparse and f.optional_int("q_lora_rank") is None:
+        raise ConfigError(f"{f.where}: DeepSeek sparse attention (index_topk) needs q_lora_rank")
 
     def layer(i: int) -> LayerSpec:
         mlp: Mlp = moe if moe and _deepseek_style_is_moe(f, i) else dense_mlp_spec(f)
-        return LayerSpec(mixer=_mla(f), mlp=mlp)
+        # MTP layers (i >= n) always build the indexer
+        return LayerSpec(mixer=_mla(f, indexer=i in indexed or (sparse and i >= n)), mlp=mlp)
 
     layers = [layer(i) for i in range(n)]
     mtp = [layer(n + k) for k in range(f.int("num_nextn_predict_layers", default=0))]

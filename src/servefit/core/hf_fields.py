@@ -85,6 +85,7 @@ STRUCTURAL_FIELDS = frozenset(
         "state_size",
         "mamba_n_heads",
         "mamba_n_groups",
+        "index_topk",  # DeepSeek sparse attention; the other index_* fields follow it
     }
 )
 
@@ -197,7 +198,7 @@ FIELD_LIMITS: dict[str, Limit] = {
     **dict.fromkeys(("num_experts_per_tok", "experts_per_token"), EXPERTS_PER_TOKEN),
     "n_shared_experts": SHARED_EXPERTS,
     "vocab_size": VOCAB,
-    **dict.fromkeys(("max_position_embeddings", "attention_chunk_size"), CONTEXT),
+    **dict.fromkeys(("max_position_embeddings", "attention_chunk_size", "index_topk"), CONTEXT),
     "sliding_window": CONTEXT_OR_0,
     **dict.fromkeys(("n_groups", "mamba_n_groups"), GROUPS),
     "patch_size": PATCH,

@@ -26,6 +26,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
 
+# `X as X`: re-exported, so ``servefit.core.kv_cache.<name>`` keeps working
+from servefit.core.kv_pages import FP8_DS_MLA_BYTES_PER_TOKEN as FP8_DS_MLA_BYTES_PER_TOKEN
+from servefit.core.kv_pages import attention_bytes_per_token as attention_bytes_per_token
+from servefit.core.kv_pages import indexer_bytes_per_token as indexer_bytes_per_token
+from servefit.core.kv_pages import kv_heads_per_rank as kv_heads_per_rank
+from servefit.core.kv_pages import mla_bytes_per_token as mla_bytes_per_token
+from servefit.core.kv_pages import state_bytes as state_bytes
 from servefit.core.model_spec import (
     AttentionSpec,
     LinearAttentionSpec,
@@ -45,7 +52,6 @@ KERNEL_BLOCK_SIZE = 16
 # A hybrid with MLA attention raises its block in steps of at least 128 (vLLM 0.32,
 # Platform._align_hybrid_block_size: TRTLLM/FlashInfer MLA decode kernels)
 HYBRID_MLA_BLOCK_ALIGNMENT = 128
-FP8_DS_MLA_BYTES_PER_TOKEN = 656  # DeepSeek V3.2 fp8 MLA cache: 512 fp8 + 4 fp32 + 64 bf16
 
 
 class CacheMode(StrEnum):
@@ -86,48 +92,6 @@ class KvLayerSpec:
         return self.max_memory_usage_bytes(context_tokens, max_num_batched_tokens)
 
 
-def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
-    """vLLM replicates KV heads when there are fewer of them than TP ranks."""
-    return max(1, num_kv_heads // tp)
-
-
-def attention_bytes_per_token(a: AttentionSpec, tp: int, kv_dtype_bytes: float) -> int:
-    """K and V of one token in one layer on one rank."""
-    heads = kv_heads_per_rank(a.num_kv_heads, tp)
-    return int(heads * (a.head_dim + a.value_head_dim) * kv_dtype_bytes)
-
-
-def mla_bytes_per_token(m: MlaSpec, kv_cache_dtype: str, kv_dtype_bytes: float) -> int:
-    """One latent (kv_lora_rank + rope dims) per token, not split by TP, no factor 2."""
-    if kv_cache_dtype == "fp8_ds_mla":
-        return FP8_DS_MLA_BYTES_PER_TOKEN
-    return int((m.kv_lora_rank + m.qk_rope_head_dim) * kv_dtype_bytes)
-
-
-def state_bytes(
-    mixer: LinearAttentionSpec | MambaSpec, tp: int, conv_bytes: float, ssm_bytes: float
-) -> int:
-    """Constant per-sequence state of one linear-attention or Mamba layer on one rank
-    (vLLM ``MambaStateShapeCalculator``): a conv window of (kernel - 1) steps plus the SSM
-    state."""
-    if isinstance(mixer, LinearAttentionSpec):
-        conv_dim = 2 * mixer.key_dim + mixer.value_dim
-        conv = (mixer.conv_kernel - 1) * conv_dim // tp
-        ssm = (mixer.num_v_heads // tp) * mixer.k_head_dim * mixer.v_head_dim
-    elif mixer.version == 1:
-        conv = (mixer.conv_kernel - 1) * mixer.d_inner // tp
-        ssm = mixer.d_inner // tp * mixer.state_size
-    else:
-        # groups are replicated to a multiple of tp when they do not divide it
-        groups = (
-            mixer.n_groups if mixer.n_groups % tp == 0 else mixer.n_groups + tp - mixer.n_groups
-        )
-        conv_dim = mixer.d_inner + 2 * groups * mixer.state_size
-        conv = (mixer.conv_kernel - 1) * conv_dim // tp
-        ssm = (mixer.num_heads // tp) * mixer.head_dim * mixer.state_size
-    return int(conv * conv_bytes + ssm * ssm_bytes)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CacheSettings:
     """The engine flags that shape the cache."""
@@ -141,6 +105,8 @@ class CacheSettings:
     kernel_block_size: int = KERNEL_BLOCK_SIZE  # the attention backend's smallest block
     # align mode: extra blocks per request of a Mamba-2 layer (vLLM 0.32's prefill checkpoint)
     mamba2_checkpoint_blocks: int = 0
+    # the sparse-MLA backend stores a quantized cache as fp8_ds_mla (FLASHMLA_SPARSE, Hopper)
+    sparse_fp8_is_ds_mla: bool = False
 
     def __post_init__(self) -> None:
         if self.kernel_block_size < 1:
@@ -202,7 +168,11 @@ def layer_specs(spec: ModelSpec, layers: range | None, s: CacheSettings) -> tupl
     attention_token_bytes = [
         attention_bytes_per_token(m, s.tp, kv_bytes) for m in mixers if isinstance(m, AttentionSpec)
     ] + [
-        mla_bytes_per_token(m, s.kv_cache_dtype, kv_bytes) for m in mixers if isinstance(m, MlaSpec)
+        mla_bytes_per_token(
+            m, s.kv_cache_dtype, kv_bytes, sparse_fp8_is_ds_mla=s.sparse_fp8_is_ds_mla
+        )
+        for m in mixers
+        if isinstance(m, MlaSpec)
     ]
     states = [
         state_bytes(m, s.tp, model_bytes, ssm_bytes)
@@ -237,7 +207,9 @@ def layer_specs(spec: ModelSpec, layers: range | None, s: CacheSettings) -> tupl
                 )
             )
         elif isinstance(m, MlaSpec):
-            page = block * mla_bytes_per_token(m, s.kv_cache_dtype, kv_bytes)
+            page = block * mla_bytes_per_token(
+                m, s.kv_cache_dtype, kv_bytes, sparse_fp8_is_ds_mla=s.sparse_fp8_is_ds_mla
+            )
             result.append(KvLayerSpec(kind=MixerKind.MLA, block_size=block, page_size_bytes=page))
         elif isinstance(m, LinearAttentionSpec | MambaSpec):
             per_request = 1
@@ -316,6 +288,9 @@ def kv_layout(specs: tuple[KvLayerSpec, ...]) -> KvLayout:
             group_size=count,
             page_size_bytes=only.page_size_bytes,
         )
+    uniform = _uniform_type_group(buckets)
+    if uniform is not None:
+        return uniform
     page = max(s.page_size_bytes for s in buckets)
     unified: dict[KvLayerSpec, int] = {}
     for spec, count in buckets.items():
@@ -342,6 +317,30 @@ def kv_layout(specs: tuple[KvLayerSpec, ...]) -> KvLayout:
         for g in range(num_groups):
             groups.append(KvGroup(spec=spec, num_layers=min(group_size, count - g * group_size)))
     return KvLayout(groups=tuple(groups), group_size=group_size, page_size_bytes=page)
+
+
+def _uniform_type_group(buckets: dict[KvLayerSpec, int]) -> KvLayout | None:
+    """Full-attention (or MLA) layers of one block size but different pages (Nemotron-NAS's
+    per-layer KV heads, DeepSeek-V3.2's latent + indexer caches): vLLM 0.32 keeps them in
+    *one* group, a block id costing the sum of every layer's page
+    (``UniformTypeKVCacheSpecs.from_specs`` in ``get_kv_cache_groups``,
+    v1/core/kv_cache_utils.py; its ``page_size_bytes`` is that sum). Modelled as one group of
+    one aggregate layer whose page is the sum. None when the layers are not all full
+    attention of one block size."""
+    specs = list(buckets)
+    uniform = all(
+        not s.is_state and s.sliding_window_tokens is None and s.block_size == specs[0].block_size
+        for s in specs
+    )
+    if not uniform:
+        return None
+    total = sum(s.page_size_bytes * count for s, count in buckets.items())
+    aggregate = KvLayerSpec(
+        kind=specs[0].kind, block_size=specs[0].block_size, page_size_bytes=total
+    )
+    return KvLayout(
+        groups=(KvGroup(spec=aggregate, num_layers=1),), group_size=1, page_size_bytes=total
+    )
 
 
 @lru_cache(maxsize=4096)

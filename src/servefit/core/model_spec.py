@@ -80,7 +80,12 @@ class AttentionSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MlaSpec:
-    """Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): one compressed latent per token."""
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): one compressed latent per token.
+
+    DeepSeek-V3.2's sparse attention adds a *lightning indexer* to the layer
+    (``index_head_dim`` > 0): ``index_num_heads`` query heads scoring one fp8 key per token,
+    which vLLM caches beside the latent (its own cache layer, same block size).
+    """
 
     num_heads: int
     q_lora_rank: int | None
@@ -88,6 +93,8 @@ class MlaSpec:
     qk_nope_head_dim: int
     qk_rope_head_dim: int
     v_head_dim: int
+    index_num_heads: int = 0  # 0: no lightning indexer (dense MLA)
+    index_head_dim: int = 0
 
     def __post_init__(self) -> None:
         _require_positive(
@@ -98,10 +105,20 @@ class MlaSpec:
             qk_rope_head_dim=self.qk_rope_head_dim,
             v_head_dim=self.v_head_dim,
         )
+        if (self.index_num_heads > 0) != (self.index_head_dim > 0):
+            raise ConfigError(
+                "MLA: the lightning indexer needs both index_n_heads and index_head_dim, got "
+                f"{self.index_num_heads} and {self.index_head_dim}"
+            )
 
     @property
     def kind(self) -> MixerKind:
         return MixerKind.MLA
+
+    @property
+    def has_indexer(self) -> bool:
+        """DeepSeek-V3.2 sparse attention (DSA): a lightning indexer with its own cache."""
+        return self.index_head_dim > 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

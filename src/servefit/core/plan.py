@@ -37,7 +37,9 @@ from servefit.core.kv_cache import (
 from servefit.core.memory import MemoryBreakdown, activation_peak_bytes, memory_breakdown
 from servefit.core.model_spec import (
     AttentionSpec,
+    Mixer,
     MixerKind,
+    MlaSpec,
     ModelSpec,
 )
 
@@ -64,6 +66,17 @@ from servefit.errors import InvalidArgumentError
 
 MLA_BLOCK_SIZE_HOPPER = 64  # FlashMLA forces block size 64 on compute capability 9.x
 MLA_BLOCK_SIZE_BLACKWELL = 128  # CUTLASS MLA forces 128 on compute capability 10.x
+# DeepSeek-V3.2's sparse MLA: the indexer's backend takes only 64-token blocks on CUDA and
+# the sparse MLA backends multiples of 64 (vLLM 0.32, v1/attention/backends/mla/indexer.py
+# DeepseekV32IndexerBackend.get_supported_kernel_block_sizes: [64]; flashmla_sparse.py,
+# flashattn_mla_sparse.py: MultipleOf(64)), so Platform._preferred_block_size_for_backends
+# settles on 64 on Hopper and Blackwell alike
+SPARSE_MLA_BLOCK_SIZE = 64
+# On Hopper the sparse backend that takes an fp8 cache is FLASHMLA_SPARSE, which stores any
+# fp8 dtype as fp8_ds_mla (mla_attention.py _canonicalize_sparse_mla_kv_cache_dtype); on
+# Blackwell FLASHINFER_MLA_SPARSE comes first for fp8 and keeps plain fp8 (vLLM 0.32
+# platforms/cuda.py, the sparse MLA priorities)
+SPARSE_FP8_DS_MLA_CC_MAJOR = 9
 TP_CANDIDATES = (1, 2, 4, 8)
 
 
@@ -103,6 +116,9 @@ def _cache_settings(
         mla_block = MLA_BLOCK_SIZE_HOPPER
     elif cc is not None and cc[0] == 10:
         mla_block = MLA_BLOCK_SIZE_BLACKWELL
+    sparse = any(isinstance(m, MlaSpec) and m.has_indexer for m in _mixers(spec))
+    if sparse:
+        mla_block = SPARSE_MLA_BLOCK_SIZE
     # Attention-free models (pure Mamba) default to no prefix caching in vLLM 0.32
     # (ModelConfig.is_prefix_caching_supported is False for "attention_free"): one state
     # block per request, and MambaModelConfig sets mamba_block_size to max_model_len.
@@ -121,7 +137,12 @@ def _cache_settings(
         mla_block_size=mla_block,
         kernel_block_size=kernel_block_size,
         mamba2_checkpoint_blocks=1 if behaviour.has_mamba2_checkpoint_block else 0,
+        sparse_fp8_is_ds_mla=sparse and cc is not None and cc[0] == SPARSE_FP8_DS_MLA_CC_MAJOR,
     )
+
+
+def _mixers(spec: ModelSpec) -> tuple[Mixer, ...]:
+    return tuple(m for layer in spec.layers for m in layer.mixers)
 
 
 def _stage_memory(

@@ -106,6 +106,22 @@ def _mla(b: TensorBuilder, p: str, h: int, m: MlaSpec, layer: int | None, role: 
         layer=layer,
     )
     b.linear(f"{p}.o_proj", m.num_heads * m.v_head_dim, h, role=role, shard=Shard.ROW, layer=layer)
+    if m.has_indexer:
+        _indexer(b, f"{p}.indexer", h, m, layer, role)
+
+
+def _indexer(b: TensorBuilder, p: str, h: int, m: MlaSpec, layer: int | None, role: Role) -> None:
+    """DeepSeek-V3.2's lightning indexer, replicated on every rank (vLLM 0.32
+    model_executor/models/deepseek_v2.py ``Indexer``): ``wq_b`` (q_lora -> heads x dim, the
+    checkpoint's format); ``wk`` (upcast to bf16 at load) and ``weights_proj`` (built without
+    a quant config) fused into one bf16 GEMM; ``k_norm`` a LayerNorm (weight and bias)."""
+    d, heads = m.index_head_dim, m.index_num_heads
+    b.linear(
+        f"{p}.wq_b", m.q_lora_rank or h, heads * d, role=role, shard=Shard.REPLICATED, layer=layer
+    )
+    b.param(f"{p}.wk", h * d, role=role, shard=Shard.REPLICATED, layer=layer)
+    b.param(f"{p}.weights_proj", h * heads, role=role, shard=Shard.REPLICATED, layer=layer)
+    b.param(f"{p}.k_norm", 2 * d, role=Role.NORM, shard=Shard.REPLICATED, layer=layer)
 
 
 def _gated_deltanet(

@@ -165,6 +165,15 @@ class VllmCpuEngine:
                 f"{spec.name} is a GGUF file: plan it with llama.cpp (engine 'llama.cpp'), "
                 "which runs on CPUs too"
             )
+        if any(
+            isinstance(m, MlaSpec) and m.has_indexer for layer in spec.layers for m in layer.mixers
+        ):
+            # vLLM 0.32 platforms/cpu.py CpuPlatform.get_attn_backend_cls:
+            # NotImplementedError("Sparse Attention is not supported on CPU.")
+            return (
+                f"{spec.name} uses DeepSeek sparse attention (a lightning indexer): vLLM's CPU "
+                "backend has no sparse attention kernel and refuses it at startup"
+            )
         return None
 
     def plan(
