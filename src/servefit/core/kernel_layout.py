@@ -19,9 +19,9 @@ Rules left out on purpose, because vLLM's own source does not determine them:
   (``HopperMXValueLayout``, ``HopperMXScaleLayout``) pads again, by rules of the
   triton_kernels release bundled into the wheel, which is not in vLLM's tree. Only the
   padding vLLM itself applies is counted.
-- MXFP4 MoE on Blackwell (``FLASHINFER_TRTLLM_*``) and NVFP4 / FP8 on compute capability
-  9.0 where vLLM prefers its Humming kernels (``prefers_humming``): their layouts live in
-  FlashInfer and Humming.
+- NVFP4 on compute capability 9.0, where vLLM prefers its Humming kernels
+  (``prefers_humming``), and MXFP4 MoE on 11.x (triton_kernels' Blackwell layouts): their
+  layouts live in Humming and triton_kernels.
 - AWQ / GPTQ / compressed-tensors int weights on 9.0 (Machete, or Humming) and int MoE
   experts (the WNA16 MoE oracle): their repacking is not modelled.
 """
@@ -53,6 +53,7 @@ class Kernel(StrEnum):
     MARLIN_MOE_NVFP4 = "MARLIN NvFp4 MoE"
     MARLIN_MOE_MXFP4 = "MARLIN Mxfp4 MoE"
     TRITON_MOE_MXFP4 = "TRITON Mxfp4 MoE"
+    TRTLLM_MOE_MXFP4 = "FLASHINFER_TRTLLM_MXFP4_BF16 Mxfp4 MoE"
     MARLIN_WNA16 = "MarlinLinearKernel"
 
 
@@ -141,6 +142,19 @@ _TRITON_MOE_MXFP4 = KernelLayout(
     ),
 )
 
+_TRTLLM_MOE_MXFP4 = KernelLayout(
+    kernel=Kernel.TRTLLM_MOE_MXFP4,
+    source=(
+        "vllm/model_executor/layers/fused_moe/oracle/mxfp4.py "
+        "mxfp4_round_up_hidden_size_and_intermediate_size (TRTLLM: intermediate to 128, "
+        "hidden to 256) and convert_gpt_oss_weight_to_mxfp4_moe_kernel_format (shuffled "
+        "weights and scales at their size, biases to float32) (v0.32)"
+    ),
+    note=(
+        "MXFP4 experts for FlashInfer TRT-LLM (a CUDA-wheel dependency, requirements/cuda.txt): "
+        "intermediate per rank padded to a multiple of 128, hidden to 256, biases in float32"
+    ),
+)
 _MARLIN_WNA16 = KernelLayout(
     kernel=Kernel.MARLIN_WNA16,
     source=(
@@ -159,7 +173,8 @@ _MARLIN_WNA16 = KernelLayout(
 _FP8_NATIVE = (8, 9)  # cutlass_scaled_mm_supports_fp8 / Platform.supports_fp8 (v0.32)
 _MARLIN_MIN = (7, 5)  # is_fp8_marlin_supported / is_fp4_marlin_supported (v0.32)
 _HUMMING_PREFERRED = (9, 0)  # utils/humming/priority.py _HUMMING_PREFERRED_CAPABILITIES {90}
-_TRITON_MOE_MIN, _TRITON_MOE_MAX = (9, 0), (13, 0)  # gpt_oss_triton_kernels_moe.py
+_TRITON_MOE_MIN = (9, 0)  # gpt_oss_triton_kernels_moe.py: 9.0 <= cc < 13.0
+_TRTLLM_MAJOR = 10  # is_device_capability_family(100)
 
 
 def kernel_layout(
@@ -172,11 +187,14 @@ def kernel_layout(
     if fmt.name == "mxfp4" and kind is LayerKind.MOE:
         # select_mxfp4_moe_backend over _get_priority_backends_for_gpt_oss (oracle/mxfp4.py):
         # TRITON needs 9.0 <= cc < 13.0 and is moved after MARLIN on 12.x; FlashInfer CUTLASS
-        # takes MXFP4 x BF16 only on 9.0; TRTLLM (10.x) is not modelled.
+        # takes MXFP4 x BF16 only on 9.0; FLASHINFER_TRTLLM_MXFP4_BF16 ranks first and runs on
+        # the 10.x family (TrtLlmMxfp4ExpertsBase._supports_current_device, with FlashInfer).
         if capability[0] == 12 or capability < _TRITON_MOE_MIN:
             return _MARLIN_MOE_MXFP4
         if capability == (9, 0):
             return _TRITON_MOE_MXFP4
+        if capability[0] == _TRTLLM_MAJOR:
+            return _TRTLLM_MOE_MXFP4
         return None
     if fmt.compute_dtype == "fp8" and fmt.bits == 8 and capability < _FP8_NATIVE:
         # Fp8 linear: CUTLASS / torch._scaled_mm need cc >= 8.9, so MarlinFP8ScaledMMLinearKernel
@@ -221,7 +239,7 @@ def moe_padded_dims(
 ) -> tuple[int, int]:
     """(hidden, intermediate per rank) as the kernel allocates or pads a MoE layer's experts."""
     h, i = hidden_size, intermediate_per_rank
-    if layout.kernel is Kernel.MARLIN_MOE_MXFP4:
+    if layout.kernel in (Kernel.MARLIN_MOE_MXFP4, Kernel.TRTLLM_MOE_MXFP4):
         return round_up(h, 256), round_up(i, 128)
     if layout.kernel is Kernel.TRITON_MOE_MXFP4:
         return h, round_up(i, 64)
@@ -262,8 +280,8 @@ def laid_out_bytes(
         # (marlin_zero_points) unless GPTQ, whose qzeros Marlin frees
         zero_bits = 0 if fmt.name.startswith("gptq-int") else fmt.zero_bits
         return n * k * fmt.bits / 8 + groups * n * (model_dtype_bytes + zero_bits / 8)
-    if layout.kernel is Kernel.MARLIN_MOE_MXFP4:
-        return n * k / 2 + n * cdiv(k, MXFP4_BLOCK)  # E8M0 scales stay one byte
+    if layout.kernel in (Kernel.MARLIN_MOE_MXFP4, Kernel.TRTLLM_MOE_MXFP4):
+        return n * k / 2 + n * cdiv(k, MXFP4_BLOCK)  # scales stay one byte per 32
     if layout.kernel is Kernel.TRITON_MOE_MXFP4:
         # _swizzle_mxfp4 pads the scale groups along K to a multiple of 4 on 9.0 (#47303)
         return n * k / 2 + n * round_up(cdiv(k, MXFP4_BLOCK), 4)
@@ -271,5 +289,8 @@ def laid_out_bytes(
 
 
 def laid_out_bias_bytes(layout: KernelLayout, model_dtype_bytes: int) -> int:
-    """Bytes per bias element: the TRITON MXFP4 path converts expert biases to float32."""
-    return FP32_BYTES if layout.kernel is Kernel.TRITON_MOE_MXFP4 else model_dtype_bytes
+    """Bytes per bias element: the TRITON and TRTLLM MXFP4 paths convert expert biases to
+    float32."""
+    if layout.kernel in (Kernel.TRITON_MOE_MXFP4, Kernel.TRTLLM_MOE_MXFP4):
+        return FP32_BYTES
+    return model_dtype_bytes
