@@ -73,7 +73,8 @@ def test_v32_every_layer_and_the_mtp_layer_carry_an_indexer(catalog_model):
 def test_v32_bytes_per_token(catalog_model, kv_cache_dtype, ds_mla, bytes_per_token):
     m = _mla(catalog_model(V32).spec)
     kv_bytes = 1 if kv_cache_dtype.startswith("fp8") else 2
-    assert mla_bytes_per_token(m, kv_cache_dtype, kv_bytes, sparse_fp8_is_ds_mla=ds_mla) == (
+    ds = frozenset({kv_cache_dtype}) if ds_mla else frozenset()
+    assert mla_bytes_per_token(m, kv_cache_dtype, kv_bytes, sparse_ds_mla_dtypes=ds) == (
         bytes_per_token
     )
 
@@ -94,6 +95,15 @@ def test_v32_plan_block_64_one_group(catalog_model, gpu, gpu_name, per_token):
     assert plan.max_concurrency == pytest.approx(plan.num_blocks / (163_840 // 64))
     if gpu_name == "H200-SXM":
         assert plan.num_blocks == 13_961
+
+
+def test_v32_on_sm120_stores_even_auto_as_fp8_ds_mla(catalog_model, gpu):
+    """12.x: FLASHINFER_MLA_SPARSE_SM120, the one sparse backend there, turns auto into
+    fp8_ds_mla: 656 + 132 bytes a token a layer whatever --kv-cache-dtype auto says."""
+    settings = ServeSettings(kv_cache_memory_bytes=4 * GIB, pipeline_parallel_size=1)
+    plan = plan_capacity(catalog_model(V32).spec, gpu("RTX-PRO-6000-Blackwell"), settings)
+    assert plan.settings.block_size == 64
+    assert plan.kv_bytes_per_token == 61 * (656 + 132)
 
 
 def test_index_topk_freq_leaves_layers_without_an_indexer_in_the_same_group():

@@ -105,8 +105,8 @@ class CacheSettings:
     kernel_block_size: int = KERNEL_BLOCK_SIZE  # the attention backend's smallest block
     # align mode: extra blocks per request of a Mamba-2 layer (vLLM 0.32's prefill checkpoint)
     mamba2_checkpoint_blocks: int = 0
-    # the sparse-MLA backend stores a quantized cache as fp8_ds_mla (FLASHMLA_SPARSE, Hopper)
-    sparse_fp8_is_ds_mla: bool = False
+    # the --kv-cache-dtype values the sparse-MLA backend stores as fp8_ds_mla (by GPU)
+    sparse_ds_mla_dtypes: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if self.kernel_block_size < 1:
@@ -169,7 +169,7 @@ def layer_specs(spec: ModelSpec, layers: range | None, s: CacheSettings) -> tupl
         attention_bytes_per_token(m, s.tp, kv_bytes) for m in mixers if isinstance(m, AttentionSpec)
     ] + [
         mla_bytes_per_token(
-            m, s.kv_cache_dtype, kv_bytes, sparse_fp8_is_ds_mla=s.sparse_fp8_is_ds_mla
+            m, s.kv_cache_dtype, kv_bytes, sparse_ds_mla_dtypes=s.sparse_ds_mla_dtypes
         )
         for m in mixers
         if isinstance(m, MlaSpec)
@@ -208,7 +208,7 @@ def layer_specs(spec: ModelSpec, layers: range | None, s: CacheSettings) -> tupl
             )
         elif isinstance(m, MlaSpec):
             page = block * mla_bytes_per_token(
-                m, s.kv_cache_dtype, kv_bytes, sparse_fp8_is_ds_mla=s.sparse_fp8_is_ds_mla
+                m, s.kv_cache_dtype, kv_bytes, sparse_ds_mla_dtypes=s.sparse_ds_mla_dtypes
             )
             result.append(KvLayerSpec(kind=MixerKind.MLA, block_size=block, page_size_bytes=page))
         elif isinstance(m, LinearAttentionSpec | MambaSpec):

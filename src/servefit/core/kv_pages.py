@@ -19,7 +19,6 @@ FP8_DS_MLA_BYTES_PER_TOKEN = 656
 # quant_block_size * 4, dtype=torch.uint8), quant_block_size 128): 128 + 4 = 132 bytes
 INDEXER_QUANT_BLOCK = 128
 INDEXER_SCALE_BYTES = 4
-FP8_KV_DTYPES = frozenset({"fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"})
 
 
 def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
@@ -39,7 +38,11 @@ def indexer_bytes_per_token(m: MlaSpec) -> int:
 
 
 def mla_bytes_per_token(
-    m: MlaSpec, kv_cache_dtype: str, kv_dtype_bytes: float, *, sparse_fp8_is_ds_mla: bool = False
+    m: MlaSpec,
+    kv_cache_dtype: str,
+    kv_dtype_bytes: float,
+    *,
+    sparse_ds_mla_dtypes: frozenset[str] = frozenset(),
 ) -> int:
     """One latent (kv_lora_rank + rope dims) per token, not split by TP, no factor 2; plus,
     for DeepSeek-V3.2, its indexer key.
@@ -49,13 +52,14 @@ def mla_bytes_per_token(
     ``get_kv_cache_groups`` puts latent and indexer layers in *one* group whose block costs
     the sum of their pages (``UniformTypeKVCacheSpecs``, vLLM 0.32 v1/core/kv_cache_utils.py):
     the same arithmetic as one layer of latent + indexer bytes. A sparse layer's quantized
-    cache is stored as fp8_ds_mla where FLASHMLA_SPARSE serves it
-    (``_canonicalize_sparse_mla_kv_cache_dtype``: any fp8 dtype becomes fp8_ds_mla).
+    cache is stored as fp8_ds_mla where the sparse backend asks for it
+    (``_canonicalize_sparse_mla_kv_cache_dtype``: FLASHMLA_SPARSE turns any fp8 dtype into
+    fp8_ds_mla, FLASHINFER_MLA_SPARSE_SM120 auto and fp8 too): ``sparse_ds_mla_dtypes``.
     Worked example, DeepSeek-V3.2 on an H100 with ``--kv-cache-dtype fp8``: 656 + 132 = 788
     bytes a token a layer, a 64-token page of 50,432 bytes; bf16: 576 x 2 + 132 = 1,284.
     """
     ds_mla = kv_cache_dtype == "fp8_ds_mla" or (
-        m.has_indexer and sparse_fp8_is_ds_mla and kv_cache_dtype in FP8_KV_DTYPES
+        m.has_indexer and kv_cache_dtype in sparse_ds_mla_dtypes
     )
     latent = (
         FP8_DS_MLA_BYTES_PER_TOKEN

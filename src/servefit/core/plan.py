@@ -37,7 +37,6 @@ from servefit.core.kv_cache import (
 from servefit.core.memory import MemoryBreakdown, activation_peak_bytes, memory_breakdown
 from servefit.core.model_spec import (
     AttentionSpec,
-    Mixer,
     MixerKind,
     MlaSpec,
     ModelSpec,
@@ -72,11 +71,16 @@ MLA_BLOCK_SIZE_BLACKWELL = 128  # CUTLASS MLA forces 128 on compute capability 1
 # flashattn_mla_sparse.py: MultipleOf(64)), so Platform._preferred_block_size_for_backends
 # settles on 64 on Hopper and Blackwell alike
 SPARSE_MLA_BLOCK_SIZE = 64
-# On Hopper the sparse backend that takes an fp8 cache is FLASHMLA_SPARSE, which stores any
-# fp8 dtype as fp8_ds_mla (mla_attention.py _canonicalize_sparse_mla_kv_cache_dtype); on
-# Blackwell FLASHINFER_MLA_SPARSE comes first for fp8 and keeps plain fp8 (vLLM 0.32
-# platforms/cuda.py, the sparse MLA priorities)
-SPARSE_FP8_DS_MLA_CC_MAJOR = 9
+# The --kv-cache-dtype values a sparse-MLA layer stores as fp8_ds_mla (656 B a token), by
+# compute capability major (vLLM 0.32 mla_attention.py _canonicalize_sparse_mla_kv_cache_dtype
+# and platforms/cuda.py's sparse MLA priorities): on 9.x the sparse backend that takes fp8 is
+# FLASHMLA_SPARSE, which stores any fp8 dtype so; on 12.x FLASHINFER_MLA_SPARSE_SM120 does
+# it for auto, fp8 and fp8_e4m3; on 10.x FLASHINFER_MLA_SPARSE comes first for fp8 and keeps
+# plain fp8 (576 B)
+SPARSE_DS_MLA_DTYPES = {
+    9: frozenset({"fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"}),
+    12: frozenset({"auto", "fp8", "fp8_e4m3"}),
+}
 TP_CANDIDATES = (1, 2, 4, 8)
 
 
@@ -116,7 +120,9 @@ def _cache_settings(
         mla_block = MLA_BLOCK_SIZE_HOPPER
     elif cc is not None and cc[0] == 10:
         mla_block = MLA_BLOCK_SIZE_BLACKWELL
-    sparse = any(isinstance(m, MlaSpec) and m.has_indexer for m in _mixers(spec))
+    sparse = any(
+        isinstance(m, MlaSpec) and m.has_indexer for layer in spec.layers for m in layer.mixers
+    )
     if sparse:
         mla_block = SPARSE_MLA_BLOCK_SIZE
     # Attention-free models (pure Mamba) default to no prefix caching in vLLM 0.32
@@ -137,12 +143,10 @@ def _cache_settings(
         mla_block_size=mla_block,
         kernel_block_size=kernel_block_size,
         mamba2_checkpoint_blocks=1 if behaviour.has_mamba2_checkpoint_block else 0,
-        sparse_fp8_is_ds_mla=sparse and cc is not None and cc[0] == SPARSE_FP8_DS_MLA_CC_MAJOR,
+        sparse_ds_mla_dtypes=SPARSE_DS_MLA_DTYPES.get(cc[0], frozenset())
+        if sparse and cc is not None
+        else frozenset(),
     )
-
-
-def _mixers(spec: ModelSpec) -> tuple[Mixer, ...]:
-    return tuple(m for layer in spec.layers for m in layer.mixers)
 
 
 def _stage_memory(
