@@ -55,6 +55,7 @@ def test_v32_every_layer_and_the_mtp_layer_carry_an_indexer(catalog_model):
     assert all(layer.mixer.has_indexer for layer in (*spec.layers, *spec.mtp_layers))
     m = _mla(spec)
     assert (m.index_num_heads, m.index_head_dim) == (64, 128)
+    assert spec.family == "sparse MLA MoE"
     # 61 indexers of 1536 x 8192 (wq_b) + 7168 x 128 (wk) + 7168 x 64 (weights_proj) + 256
     # (k_norm) on top of DeepSeek-V3.1's 671,026,435,584; + 256: the MTP layer's k_norm, a
     # norm counted with the model's norms as the MTP layer's MLA norms are
@@ -208,6 +209,17 @@ def test_tiny_nas_plan_is_the_cpu_engines():
     assert plan.layout.bytes_per_block == 81_920
     assert (plan.num_blocks, plan.kv_cache_tokens) == (13_107, 1_677_696)
     assert plan.max_concurrency == 409.59375
+
+
+def test_a_block_of_neither_attention_nor_mlp_builds_nothing():
+    """Llama-3.1-Nemotron-Ultra-253B has 81 such blocks: no weights, no norm, no cache."""
+    config = copy.deepcopy(TINY_NAS)
+    config["block_configs"][1]["ffn"] = {"no_op": True}
+    spec = spec_from_hf_config(config, name="nas")
+    empty = spec.layers[1]
+    assert (empty.mixer, empty.mlp, empty.num_norms) == (None, None, 0)
+    # the tiny model less block 1's 256-wide MLP (3 x 128 x 256) and its norm (128)
+    assert count_params(spec).total == 697_216 - 3 * 128 * 256 - 128
 
 
 @pytest.mark.parametrize(

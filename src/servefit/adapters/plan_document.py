@@ -253,7 +253,7 @@ def plan_document(
     spec, p, m, r = plan.model, plan.params, plan.memory, plan.settings
     kinds: dict[str, int] = {}
     for layer in spec.layers:
-        kind = layer.mixer.kind.value if layer.mixer else "mlp_only"
+        kind = layer.mixer.kind.value if layer.mixer else ("mlp_only" if layer.mlp else "no_op")
         kinds[kind] = kinds.get(kind, 0) + 1
     return PlanDocument(
         schema_version=SCHEMA_VERSION,

@@ -104,7 +104,8 @@ def render_capacity(
     )
     kinds: dict[str, int] = {}
     for layer in spec.layers:
-        kind = layer.mixer.kind.value if layer.mixer else "mlp only"
+        # Nemotron-NAS has layers of neither attention nor MLP (both no_op)
+        kind = layer.mixer.kind.value if layer.mixer else ("mlp only" if layer.mlp else "no-op")
         kinds[kind] = kinds.get(kind, 0) + 1
     console.print("  layers: " + ", ".join(f"{n} {k}" for k, n in kinds.items()))
     caveat = catalog_caveat(loaded)

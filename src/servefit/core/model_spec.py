@@ -360,7 +360,12 @@ class ModelSpec:
         if self.is_hybrid:
             parts.append("hybrid")
         if MixerKind.MLA in kinds:
-            parts.append("MLA")
+            sparse = any(
+                isinstance(m, MlaSpec) and m.has_indexer
+                for layer in self.layers
+                for m in layer.mixers
+            )
+            parts.append("sparse MLA" if sparse else "MLA")
         if MixerKind.SLIDING_WINDOW in kinds:
             parts.append("sliding-window")
         parts.append("MoE" if self.is_moe else "dense")
