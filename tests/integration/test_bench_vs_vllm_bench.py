@@ -64,10 +64,10 @@ import pytest
 import vllm_server as helper
 
 from servefit.bench import runner
-from servefit.bench.client import Clock, OpenAIClient
-from servefit.bench.records import RequestRecord
+from servefit.bench.client import Clock, OpenAIClient, Request
 from servefit.bench.runner import BenchConfig, BenchResult, run
 from servefit.bench.schedules import Schedule
+from servefit.bench.sse import StreamState
 from servefit.bench.workloads import WORDS, WorkloadConfig
 
 pytestmark = pytest.mark.integration
@@ -136,7 +136,7 @@ class Wire:
 
     def token_texts(self, request_id: int) -> list[str]:
         texts = []
-        for raw in self.raw[request_id]:
+        for raw in b"".join(self.raw[request_id]).split(b"\n"):
             line = raw.strip()
             if not line.startswith(b"data:"):
                 continue
@@ -149,21 +149,21 @@ class Wire:
 
 
 class _Tee:
-    """A response whose ``content`` yields the real lines and keeps a copy (parsed after the
-    run, so the timing of what servefit reads is untouched)."""
+    """A response whose ``content.iter_any()`` yields the real blocks and keeps a copy (parsed
+    after the run, so the timing of what servefit reads is untouched)."""
 
     def __init__(self, response: aiohttp.ClientResponse, sink: list[bytes]) -> None:
         self._response = response
         self._sink = sink
 
     @property
-    def content(self) -> AsyncIterator[bytes]:
-        return self._lines()
+    def content(self) -> _Tee:
+        return self
 
-    async def _lines(self) -> AsyncIterator[bytes]:
-        async for raw in self._response.content:
-            self._sink.append(raw)
-            yield raw
+    async def iter_any(self) -> AsyncIterator[bytes]:
+        async for block in self._response.content.iter_any():
+            self._sink.append(block)
+            yield block
 
 
 def wire_recording_client(wire: Wire) -> type[OpenAIClient]:
@@ -173,13 +173,14 @@ def wire_recording_client(wire: Wire) -> type[OpenAIClient]:
         async def _read_stream(
             self,
             resp: aiohttp.ClientResponse,
-            record: RequestRecord,
+            request: Request,
+            state: StreamState,
             clock: Clock,
             on_text: Any,
-        ) -> bool:
-            sink = wire.raw.setdefault(record.request_id, [])
+        ) -> None:
+            sink = wire.raw.setdefault(request.request_id, [])
             tee = cast(aiohttp.ClientResponse, _Tee(resp, sink))
-            return await super()._read_stream(tee, record, clock, on_text)
+            await super()._read_stream(tee, request, state, clock, on_text)
 
     return Recording
 

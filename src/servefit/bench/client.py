@@ -19,14 +19,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import orjson
 
 from servefit.adapters.redact import REDACTED, redact_text
 from servefit.bench.records import Outcome, RequestRecord, TokenSource
+from servefit.bench.sse import MalformedStreamError, StreamState, read_events
 from servefit.errors import ServerError
 
 # the first call, before any request: a server that does not answer this fast is not there
 PROBE_TIMEOUT = aiohttp.ClientTimeout(total=30)
-READ_BUFFER_BYTES = 4 * 2**20  # SSE lines of long outputs (and usage) fit comfortably
+READ_BUFFER_BYTES = 4 * 2**20  # the stream reader buffers this much before pausing the socket
 ERROR_BODY_CHARS = 300  # of an error body, kept in the record (after redaction)
 ERROR_BODY_READ_BYTES = 64 * 2**10  # read this much of it: a secret cut in two is not found
 
@@ -173,6 +175,15 @@ class OpenAIClient:
         payload.update(request.extra)
         return payload
 
+    def _body(self, request: Request) -> bytes:
+        """The request body (the session sends it as application/json): orjson, or the
+        standard library for what orjson refuses (a lone surrogate in a dataset's text)."""
+        payload = self._payload(request)
+        try:
+            return orjson.dumps(payload)
+        except orjson.JSONEncodeError:
+            return json.dumps(payload).encode()
+
     async def send(
         self,
         request: Request,
@@ -187,8 +198,71 @@ class OpenAIClient:
         incomplete or errored) before the cancellation propagates."""
         replica = self._replica(request)
         path = "/v1/chat/completions" if request.endpoint == "chat" else "/v1/completions"
-        record = RequestRecord(
+        state = StreamState()
+        error: str | None = None
+        finished = False
+        try:
+            state.sent_s = clock()
+            async with self.session.post(
+                self.base_urls[replica] + path, data=self._body(request)
+            ) as resp:
+                state.headers_s = clock()
+                status = state.http_status = resp.status
+                if status != 200:
+                    body = await resp.content.read(ERROR_BODY_READ_BYTES)
+                    text = self._redact(body.decode("utf-8", errors="replace")).strip()
+                    error = f"HTTP {status}: {text[:ERROR_BODY_CHARS]}"
+                else:
+                    await self._read_stream(resp, request, state, clock, on_text)
+                    finished = state.is_finished
+                    if not state.chunk_s:
+                        state.ended_s = clock()
+        except asyncio.CancelledError:
+            error = "cancelled: the run was interrupted"
+            raise
+        except TimeoutError:
+            error = f"timeout: no data for {self._timeout.sock_read:.0f} s"
+        except aiohttp.ClientConnectorError as exc:
+            error = f"connection failed: {exc.os_error or exc}"
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:
+            error = f"disconnected mid-stream: {type(exc).__name__}"
+        except aiohttp.ClientError as exc:
+            error = f"client error: {type(exc).__name__}: {exc}"
+        except MalformedStreamError as exc:
+            error = f"malformed SSE: {exc}"
+        finally:
+            record = self._record(request, replica, scheduled_s, state, finished, error)
+            if on_done is not None:
+                on_done(record)
+        return record
+
+    def _record(
+        self,
+        request: Request,
+        replica: int,
+        scheduled_s: float,
+        state: StreamState,
+        finished: bool,
+        error: str | None,
+    ) -> RequestRecord:
+        """The request's record, validated once, when it has ended (whichever way)."""
+        chunk_s = state.chunk_s
+        if finished:
+            outcome, error = Outcome.OK, None
+        elif chunk_s:
+            outcome, error = Outcome.INCOMPLETE, error or "stream ended without [DONE]"
+        else:
+            outcome, error = Outcome.ERROR, error or "stream ended without output"
+        completion, source = state.completion_tokens, TokenSource.USAGE
+        if completion is None and chunk_s:
+            completion = sum(state.chunk_tokens) or len(chunk_s)
+            source = TokenSource.CHUNKS
+        return RequestRecord(
             request_id=request.request_id,
+            outcome=outcome,
+            # whatever the server or the OS said, no secret
+            error=None if error is None else self._redact(error),
+            http_status=state.http_status,
             endpoint=request.endpoint,
             replica=replica,
             session_id=request.session_id,
@@ -197,117 +271,29 @@ class OpenAIClient:
             prompt_tokens_planned=request.prompt_tokens_planned,
             max_tokens=request.max_tokens,
             scheduled_s=scheduled_s,
+            sent_s=state.sent_s,
+            headers_s=state.headers_s,
+            chunk_s=chunk_s,
+            chunk_tokens=state.chunk_tokens,
+            # the request ends with its last token chunk (vLLM bench's latency), not with
+            # the trailing usage chunk or [DONE]; when no token came, when the stream ended
+            done_s=chunk_s[-1] if chunk_s else state.ended_s,
+            prompt_tokens=state.prompt_tokens,
+            completion_tokens=completion,
+            cached_tokens=state.cached_tokens,
+            token_source=source,
+            output_chars=state.output_chars,
         )
-        finished = False
-        try:
-            record.sent_s = clock()
-            async with self.session.post(
-                self.base_urls[replica] + path, json=self._payload(request)
-            ) as resp:
-                record.headers_s = clock()
-                record.http_status = resp.status
-                if resp.status != 200:
-                    body = await resp.content.read(ERROR_BODY_READ_BYTES)
-                    text = self._redact(body.decode("utf-8", errors="replace")).strip()
-                    record.error = f"HTTP {resp.status}: {text[:ERROR_BODY_CHARS]}"
-                    return record
-                finished = await self._read_stream(resp, record, clock, on_text)
-        except asyncio.CancelledError:
-            record.error = "cancelled: the run was interrupted"
-            raise
-        except TimeoutError:
-            record.error = f"timeout: no data for {self._timeout.sock_read:.0f} s"
-        except aiohttp.ClientConnectorError as exc:
-            record.error = f"connection failed: {exc.os_error or exc}"
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:
-            record.error = f"disconnected mid-stream: {type(exc).__name__}"
-        except aiohttp.ClientError as exc:
-            record.error = f"client error: {type(exc).__name__}: {exc}"
-        except _MalformedStreamError as exc:
-            record.error = f"malformed SSE: {exc}"
-        finally:
-            if finished:
-                record.outcome = Outcome.OK
-                record.error = None
-            elif record.chunk_s:
-                record.outcome = Outcome.INCOMPLETE
-                record.error = record.error or "stream ended without [DONE]"
-            else:
-                record.outcome = Outcome.ERROR
-                record.error = record.error or "stream ended without output"
-            if record.error is not None:  # whatever the server or the OS said, no secret
-                record.error = self._redact(record.error)
-            if record.done_s is None and record.chunk_s:
-                record.done_s = record.chunk_s[-1]
-            if record.completion_tokens is None and record.chunk_s:
-                record.completion_tokens = sum(record.chunk_tokens) or len(record.chunk_s)
-                record.token_source = TokenSource.CHUNKS
-            if on_done is not None:
-                on_done(record)
-        return record
 
     async def _read_stream(
         self,
         resp: aiohttp.ClientResponse,
-        record: RequestRecord,
+        request: Request,
+        state: StreamState,
         clock: Clock,
         on_text: Callable[[str], None] | None,
-    ) -> bool:
-        saw_done = saw_finish = False
-        last_completion = 0
-        async for raw in resp.content:
-            line = raw.strip()
-            if not line or line.startswith(b":"):
-                continue
-            if not line.startswith(b"data:"):
-                continue  # event:/id:/retry: fields
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                saw_done = True
-                break
-            now = clock()
-            try:
-                chunk = json.loads(data)
-            except json.JSONDecodeError:
-                raise _MalformedStreamError(f"not JSON: {data[:80]!r}") from None
-            if not isinstance(chunk, dict):
-                raise _MalformedStreamError(f"not an object: {data[:80]!r}")
-            if "error" in chunk:
-                raise _MalformedStreamError(f"server error in stream: {str(chunk['error'])[:160]}")
-            text = ""
-            choices = chunk.get("choices") or []
-            for choice in choices:
-                delta = choice.get("delta") or {}
-                text += (
-                    choice.get("text")
-                    or delta.get("content")
-                    or delta.get("reasoning_content")
-                    or ""
-                )
-                saw_finish = saw_finish or choice.get("finish_reason") is not None
-            usage = chunk.get("usage")
-            if choices:
-                # a token chunk, as `vllm bench serve` counts them: every chunk with choices,
-                # its text empty or not (a token that ends mid-UTF-8 character decodes to "")
-                record.chunk_s.append(now)
-                record.output_chars += len(text)
-                if on_text is not None and text:
-                    on_text(text)
-                if usage and usage.get("completion_tokens") is not None:
-                    record.chunk_tokens.append(int(usage["completion_tokens"]) - last_completion)
-                    last_completion = int(usage["completion_tokens"])
-            if usage:
-                record.prompt_tokens = usage.get("prompt_tokens")
-                record.completion_tokens = usage.get("completion_tokens")
-                details = usage.get("prompt_tokens_details") or {}
-                if details.get("cached_tokens") is not None:
-                    record.cached_tokens = int(details["cached_tokens"])
-                if not chunk.get("choices"):
-                    saw_finish = True  # the final usage-only chunk
-        # the request ends with its last token chunk (vLLM bench's latency), not with the
-        # trailing usage chunk or [DONE]
-        record.done_s = record.chunk_s[-1] if record.chunk_s else clock()
-        return saw_done or saw_finish
+    ) -> None:
+        await read_events(resp.content, state, clock, on_text)
 
 
 async def _first_model(resp: aiohttp.ClientResponse, url: str) -> str:
@@ -323,7 +309,3 @@ async def _first_model(resp: aiohttp.ClientResponse, url: str) -> str:
         raise ServerError(
             f"{url} lists no model (expected {{'data': [{{'id': ...}}]}}): pass --model NAME"
         ) from None
-
-
-class _MalformedStreamError(Exception):
-    pass
