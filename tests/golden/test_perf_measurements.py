@@ -21,6 +21,21 @@ FILE = Path(__file__).with_name("perf_measurements.json")
 MEASUREMENTS = load_measurements(FILE)
 MEDIAN_TARGET = 0.15
 P90_TARGET = 0.35
+# The factors as shipped, per (hardware class, engine) profile with three measurements or
+# more and over all: (median, p90) of |error| that no change may exceed (issue 14; the
+# targets above are issue 4's and sit far above what the model does now). Measured on
+# 2026-11-30 (`python benchmarks/perf_validation.py`, the larger of the committed model's and
+# the saturated-throughput work in progress', in the comments) plus headroom for refits: x 1.2
+# (at least + 2 points), rounded up to the next percent. Out-of-sample accuracy is gated by
+# test_perf_holdout.py.
+IN_SAMPLE_LIMITS: dict[str, tuple[float, float]] = {
+    "all": (0.09, 0.30),  # n=55: 6.5 %, 24.6 %
+    "apple/llama.cpp": (0.10, 0.23),  # n=8: 7.9 %, 18.6 %
+    "apple/mlx": (0.05, 0.15),  # n=6: 3.0 %, 12.5 %
+    "nvidia-gddr/llama.cpp": (0.07, 0.13),  # n=9: 4.6 %, 10.1 %
+    "nvidia-hbm/trtllm": (0.19, 0.34),  # n=11: 15.4 %, 28.0 %
+    "nvidia-hbm/vllm": (0.10, 0.44),  # n=20: 7.4 %, 36.4 %
+}
 
 
 @cache
@@ -68,6 +83,21 @@ def test_every_hardware_class_is_within_the_median_target():
         by_class.setdefault(profile_for(m).hardware_class, []).append(abs(errors()[m.id]))
     for cls, values in by_class.items():
         assert percentile(sorted(values), 50) <= MEDIAN_TARGET, cls
+
+
+@pytest.mark.parametrize("name", sorted(IN_SAMPLE_LIMITS))
+def test_in_sample_error_has_not_regressed(name):
+    profiles = {m.id: profile_for(m) for m in MEASUREMENTS}
+    values = sorted(
+        abs(errors()[m.id])
+        for m in MEASUREMENTS
+        if name in ("all", f"{profiles[m.id].hardware_class}/{profiles[m.id].engine}")
+    )
+    assert len(values) >= 3, f"{name}: {len(values)} measurements"
+    median, p90 = percentile(values, 50), percentile(values, 90)
+    median_max, p90_max = IN_SAMPLE_LIMITS[name]
+    assert median <= median_max, f"{name}: in-sample median |error| {median:.1%} > {median_max:.0%}"
+    assert p90 <= p90_max, f"{name}: in-sample p90 |error| {p90:.1%} > {p90_max:.0%}"
 
 
 def test_a_bad_measurement_file_is_a_config_error(tmp_path):
