@@ -27,18 +27,18 @@ Classes (``benchmarks/fuzz.py``'s):
 - *crash*: exit 3 or any exception;
 - *hang*: over the per-case time limit, or out of memory on the way.
 
-The test suites (``tests/property/test_fuzz_records.py``, ``test_fuzz_facts.py``) draw the
-same mutations with Hypothesis and hold "clean error or plausible".
+The valid artifacts are ``fuzz_artifact_seeds.py``'s, the independent reading of what no run,
+host or calibration can have written is ``fuzz_oracles.py``'s. The test suites
+(``tests/property/test_fuzz_records.py``, ``test_fuzz_facts.py``, ``test_fuzz_calibration.py``)
+draw the same mutations with Hypothesis and hold "clean error or plausible".
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import importlib.util
 import io
-import itertools
 import json
 import math
 import random
@@ -48,16 +48,16 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 
-def _load_fuzz() -> Any:
-    """``benchmarks/fuzz.py``, once per process (the tests load it under the same name)."""
-    name = "servefit_fuzz"
+def _sibling(stem: str) -> Any:
+    """``benchmarks/<stem>.py`` as ``servefit_<stem>``, once per process (the tests load them
+    the same way; ``fuzz.py`` registers itself under its name when it runs this one)."""
+    name = f"servefit_{stem}"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("fuzz.py"))
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{stem}.py"))
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # dataclasses look their module up
@@ -65,257 +65,25 @@ def _load_fuzz() -> Any:
     return sys.modules[name]
 
 
-fuzz = _load_fuzz()
+fuzz = _sibling("fuzz")
+seeds = _sibling("fuzz_artifact_seeds")
+oracles = _sibling("fuzz_oracles")
+ArtifactCase = seeds.ArtifactCase
+bench_folder, facts_json, calibration_json = (
+    seeds.bench_folder,
+    seeds.facts_json,
+    seeds.calibration_json,
+)
+records_problem, facts_problem = oracles.records_problem, oracles.facts_problem
+calibration_problem, impossible_numbers = oracles.calibration_problem, oracles.impossible_numbers
+MODEL, GPU = seeds.MODEL, seeds.GPU
 Chooser = fuzz.Chooser
 
 KINDS = ("records", "facts", "calibration")
 TIME_LIMIT_S = 20.0  # a report ~0.1 s with the plan cached, a calibrated plan ~0.4 s
-MODEL = "Qwen/Qwen3-0.6B"
-GPU = "H100"
 # a small workload: the simulation is not what is fuzzed, only what the files feed it
 WORKLOAD = ["--concurrency", "2", "--num-requests", "8", "--input-len", "64", "--output-len", "8"]
-# numbers that may be negative: monotonic clocks (their origin is arbitrary) and the plan's
-# headroom (negative when it does not fit)
-NEGATIVE_OK = frozenset({"t_s", "wall_s", *fuzz.NEGATIVE_OK})
 VERSION_WORDS = ("banana", "", "13.x", "9", "99.0", "1.2.3.4.5", "latest", "0.33.0", "v1")
-
-
-# -- a case -----------------------------------------------------------------------------
-
-
-@dataclass
-class ArtifactCase:
-    """One mutated artifact: its files (relative path -> bytes) and what was done."""
-
-    kind: str
-    files: dict[str, bytes]
-    description: str = ""
-    targets: list[str] = field(default_factory=list)  # the files mutated
-
-
-# -- the valid artifacts ------------------------------------------------------------------
-
-
-def _records(first_id: int, num: int) -> list[Any]:
-    from servefit.bench.records import Outcome, RequestRecord
-
-    return [
-        RequestRecord(
-            request_id=first_id + i,
-            outcome=Outcome.OK,
-            session_id=i % 2,
-            turn=i // 2,
-            scheduled_s=1.0 + i,
-            sent_s=1.0 + i,
-            headers_s=1.01 + i,
-            chunk_s=[1.05 + i + 0.01 * k for k in range(8)],
-            done_s=1.2 + i,
-            prompt_tokens=100,
-            completion_tokens=8,
-            cached_tokens=32 if i else 0,
-            max_tokens=8,
-        )
-        for i in range(num)
-    ]
-
-
-def _summary_json(records: list[Any], cold: list[Any] | None = None) -> str:
-    from servefit.bench.metrics import summarize
-    from servefit.bench.runner import SUMMARY_SCHEMA_VERSION, BenchResult, turn_stats
-    from servefit.bench.turns import compare_cache
-
-    result = BenchResult(
-        schema_version=SUMMARY_SCHEMA_VERSION,
-        servefit_version="fuzz",
-        config={"concurrency": 2},
-        server={"base_urls": ["http://127.0.0.1:1"], "model": MODEL},
-        interrupted=False,
-        summary=summarize(records),
-        turns=turn_stats(records),
-        server_metrics={"preemptions": 0.0},
-        server_latency_s={"ttft": {"p50": 0.05}},
-        server_peaks={"kv_cache_usage": 0.4, "requests_waiting": 1.0},
-        warnings=[],
-        prefix_cache_comparison=compare_cache(turn_stats(cold), turn_stats(records))
-        if cold
-        else None,
-    )
-    return result.model_dump_json(indent=1)
-
-
-def _samples_jsonl() -> str:
-    from dataclasses import asdict
-
-    from servefit.monitor.nvml import GpuSample
-
-    lines = []
-    for i in range(6):
-        sample = GpuSample(
-            t_s=1.0 + 0.1 * i,
-            wall_s=1.7e9 + 0.1 * i,
-            gpu=0,
-            util_pct=90.0,
-            mem_util_pct=60.0,
-            mem_used_bytes=70 * 2**30,
-            mem_total_bytes=80 * 2**30,
-            sm_clock_mhz=1980.0,
-            mem_clock_mhz=2619.0,
-            power_w=500.0,
-            power_limit_w=700.0,
-            sm_active_pct=50.0,
-        )
-        lines.append(json.dumps(asdict(sample)))
-    return "".join(line + "\n" for line in lines)
-
-
-@functools.cache
-def bench_folder(layout: str) -> dict[str, str]:
-    """A bench run's files as ``servefit bench`` writes them: ``plain`` or ``compare``
-    (``--prefix-cache-compare``: cold/ and warm/, the top-level summary the warm run's)."""
-    samples = _samples_jsonl()
-
-    def jsonl(records: list[Any]) -> str:
-        return "".join(r.model_dump_json() + "\n" for r in records)
-
-    if layout == "plain":
-        records = _records(0, 4)
-        return {
-            "summary.json": _summary_json(records),
-            "requests.jsonl": jsonl(records),
-            "gpu_samples.jsonl": samples,
-        }
-    cold, warm = _records(0, 4), _records(4, 4)
-    return {
-        "summary.json": _summary_json(warm, cold),
-        "cold/requests.jsonl": jsonl(cold),
-        "cold/summary.json": _summary_json(cold),
-        "warm/requests.jsonl": jsonl(warm),
-        "warm/summary.json": _summary_json(warm),
-        "gpu_samples.jsonl": samples,
-    }
-
-
-@functools.cache
-def facts_json() -> str:
-    """A recording of a healthy host (2 x H100, driver 580, CUDA 13.0, torch 2.13, vLLM)."""
-    from servefit.preflight.facts import (
-        DiskFacts,
-        EngineFacts,
-        GpuFacts,
-        GpuProcess,
-        HostFacts,
-        ModelFacts,
-        NvmlFacts,
-        TorchFacts,
-    )
-
-    total = 85_520_809_984  # nvidia-smi's 81559 MiB of an H100 SXM
-    gpus = [
-        GpuFacts(
-            index=i,
-            name="NVIDIA H100 80GB HBM3",
-            compute_capability="9.0",
-            memory_total_bytes=total,
-            memory_free_bytes=total - 2**29,
-            memory_used_bytes=2**29,
-            processes=[GpuProcess(pid=100 + i, used_bytes=2**28, name="python")],
-            mig_enabled=False,
-            nvlink_active_links=18,
-            pcie_generation=5,
-            pcie_width=16,
-        )
-        for i in range(2)
-    ]
-    facts = HostFacts(
-        servefit_version="fuzz",
-        provenance="built by benchmarks/fuzz_artifacts.py",
-        nvml=NvmlFacts(driver_version="580.95.05", cuda_driver_version="13.0", gpus=gpus),
-        torch=TorchFacts(
-            python="python3",
-            is_installed=True,
-            version="2.13.0+cu130",
-            cuda_version="13.0",
-            is_cuda_available=True,
-            device_count=2,
-            arch_list=["sm_80", "sm_90", "compute_90"],
-        ),
-        engines=[EngineFacts(name="vllm", version="0.33.0", torch_requirement="torch==2.13.0")],
-        model=ModelFacts(model=MODEL, origin="catalog"),
-        disk=DiskFacts(path_kind="Hugging Face cache", free_bytes=500 * 2**30),
-    )
-    return facts.model_dump_json(indent=1)
-
-
-@functools.cache
-def calibration_json() -> str:
-    """A device calibration of an H100 as ``servefit calibrate`` writes one."""
-    from servefit.adapters.catalog import gpu_catalog
-    from servefit.calibrate.profile import (
-        CalibrationDocument,
-        CeilingsSection,
-        DatasheetSection,
-        DeviceSection,
-        PointSection,
-        ProfileSection,
-        peaks_of,
-    )
-
-    gpu = gpu_catalog().get(GPU)
-    doc = CalibrationDocument(
-        schema_version=1,
-        servefit_version="fuzz",
-        created_utc="2026-01-01T00:00:00Z",
-        command="servefit calibrate",
-        model=MODEL,
-        dtype="bf16",
-        plan="fuzz",
-        device=DeviceSection(
-            backend="cuda",
-            name=gpu.name,
-            catalog_gpu=gpu.name,
-            compute_capability="9.0",
-            memory_bytes=gpu.memory_bytes,
-            torch_version="2.13.0",
-        ),
-        datasheet=DatasheetSection(
-            source=gpu.source,
-            memory_bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
-            peak_flops_per_s=peaks_of(gpu),
-        ),
-        measured=CeilingsSection(
-            read_bandwidth_bytes_per_s=2.9e12,
-            copy_bandwidth_bytes_per_s=2.7e12,
-            matmul_flops_per_s={"bf16": 7.0e14},
-            attention_flops_per_s=4.0e14,
-            decode_attention_bytes_per_s=2.5e12,
-            projection_flops_per_s={"1": 1e13, "64": 4e14},
-            launch_overhead_s=5e-6,
-        ),
-        points=[
-            PointSection(
-                label="decode b1",
-                kind="decode",
-                batch=1,
-                tokens=1,
-                context=512,
-                measured_s=0.004,
-                predicted_before_s=0.003,
-                predicted_after_s=0.004,
-                bound="memory",
-                layers_built=2,
-                layers_total=28,
-            )
-        ],
-        profile=ProfileSection(
-            gemm_efficiency=0.7,
-            attention_efficiency=0.5,
-            memory_efficiency=0.85,
-            step_overhead_s=0.003,
-        ),
-        median_error_before=0.3,
-        median_error_after=0.05,
-    )
-    return doc.model_dump_json(indent=1)
 
 
 # -- mutating -----------------------------------------------------------------------------
@@ -513,101 +281,7 @@ def _is_clean_error(err: str, names: list[str]) -> str | None:
     return None
 
 
-def _numbers(doc: Any, path: str = "") -> Iterator[tuple[str, Any]]:
-    if isinstance(doc, dict):
-        for key, value in doc.items():
-            yield from _numbers(value, str(key))
-    elif isinstance(doc, list):
-        for value in doc:
-            yield from _numbers(value, path)
-    elif isinstance(doc, int | float) and not isinstance(doc, bool):
-        yield path, doc
-
-
-def impossible_numbers(doc: Any) -> list[str]:
-    """NaN, infinities and negative numbers (but on monotonic clocks and headroom)."""
-    return [
-        f"{name}={value}"
-        for name, value in _numbers(doc)
-        if not math.isfinite(value) or (value < 0 and name not in NEGATIVE_OK)
-    ]
-
-
-def _parse(data: bytes) -> Any:
-    """A file as Python's json reads it (NaN allowed), or None."""
-    try:
-        return json.loads(data.decode("utf-8"))
-    except (ValueError, RecursionError):
-        return None
-
-
 # ---- records
-
-
-RECORD_TIMES = ("sent_s", "headers_s")
-# summary figures a run may write negative: the client's lag behind the schedule, the time a
-# warm prefix cache saved (or lost), a server counter's delta across its restart
-SUMMARY_NEGATIVE = frozenset(
-    {"client_lag_s", "ttft_from_scheduled_s", "ttft_saved_s", "server_metrics"}
-)
-
-
-def _dotted(doc: Any, where: str = "") -> Iterator[tuple[str, Any]]:
-    if isinstance(doc, dict):
-        for key, value in doc.items():
-            yield from _dotted(value, f"{where}.{key}")
-    elif isinstance(doc, list):
-        for i, value in enumerate(doc):
-            yield from _dotted(value, f"{where}.{i}")
-    elif isinstance(doc, int | float) and not isinstance(doc, bool):
-        yield where.lstrip("."), doc
-
-
-def _record_problem(raw: Any) -> str | None:
-    """Is a decoded record line impossible (times going backwards, tokens negative)?"""
-    if not isinstance(raw, dict):
-        return None
-    bad = impossible_numbers({k: v for k, v in raw.items() if k != "scheduled_s"})
-    if bad:
-        return bad[0]
-    times: list[Any] = [raw.get(k) for k in RECORD_TIMES]
-    chunks = raw.get("chunk_s")
-    times += chunks if isinstance(chunks, list) else []
-    times.append(raw.get("done_s"))
-    ordered = [t for t in times if isinstance(t, int | float) and not isinstance(t, bool)]
-    if any(b < a for a, b in itertools.pairwise(ordered)):
-        return "times go backwards"
-    return None
-
-
-def records_problem(case: ArtifactCase) -> str | None:
-    """A value in the mutated files that no run can have written: the report must refuse."""
-    for name, data in case.files.items():
-        if name not in case.targets:
-            continue
-        if name.endswith("summary.json"):
-            doc = _parse(data) if name == "summary.json" else None  # cold/, warm/: unread
-            if isinstance(doc, dict):
-                for where, value in _dotted(doc):
-                    parts = set(where.split("."))
-                    if parts & {"config", "server", "prediction"}:
-                        continue  # free-form, not figures
-                    if not math.isfinite(value) or (value < 0 and not parts & SUMMARY_NEGATIVE):
-                        return f"{name}: {where}={value}"
-            continue
-        text = data.decode("utf-8", errors="replace")
-        for n, line in enumerate(text.splitlines(), 1):
-            try:
-                raw = json.loads(line)
-            except (ValueError, RecursionError):
-                continue
-            problem = _record_problem(raw) if "requests" in name else None
-            if "samples" in name and isinstance(raw, dict):
-                bad = impossible_numbers(raw)
-                problem = bad[0] if bad else None
-            if problem:
-                return f"{name}:{n}: {problem}"
-    return None
 
 
 def run_records_case(
@@ -664,97 +338,6 @@ def judge(
 
 # ---- facts
 
-NUMERIC_VERSION = re.compile(r"^\d{1,4}(\.\d{1,4}){0,3}$")
-COMPUTE_CAPABILITY = re.compile(r"^[1-9]\d?\.\d{1,2}$")
-TORCH_ARCH = re.compile(r"^(sm|compute)_\d{2,4}[a-z]?$")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _gpu_problem(g: dict[str, Any]) -> str | None:
-    total, free, used = (
-        g.get(k) for k in ("memory_total_bytes", "memory_free_bytes", "memory_used_bytes")
-    )
-    if not all(_is_int(v) for v in (total, free, used)):
-        return None  # refused as a type
-    if total <= 0 or free < 0 or used < 0 or free + used > total:
-        return f"memory total {total}, free {free}, used {used}"
-    if not COMPUTE_CAPABILITY.match(str(g.get("compute_capability"))):
-        return f"compute capability {g.get('compute_capability')!r}"
-    for key in ("index", "nvlink_active_links", "pcie_generation", "pcie_width"):
-        if _is_int(g.get(key)) and g[key] < 0:
-            return f"{key} {g[key]}"
-    for p in _list(g.get("processes")):
-        if isinstance(p, dict):
-            if _is_int(p.get("pid")) and p["pid"] < 0:
-                return f"pid {p['pid']}"
-            if _is_int(p.get("used_bytes")) and not 0 <= p["used_bytes"] <= total:
-                return f"process holds {p['used_bytes']} of {total}"
-    return None
-
-
-def facts_problem(case: ArtifactCase) -> str | None:
-    """Facts no host can report (an independent reading of the recording): the gate must
-    fail or refuse them."""
-    from packaging.version import InvalidVersion, Version
-
-    doc = _parse(case.files.get("facts.json", b""))
-    if not isinstance(doc, dict):
-        return None
-    nvml, torch = doc.get("nvml"), doc.get("torch")
-    if isinstance(nvml, dict):
-        for key in ("driver_version", "cuda_driver_version"):
-            value = nvml.get(key)
-            if isinstance(value, str) and not NUMERIC_VERSION.match(value):
-                return f"{key} {value!r}"
-        gpus = [g for g in _list(nvml.get("gpus")) if isinstance(g, dict)]
-        indices = [g.get("index") for g in gpus]
-        if len(set(map(repr, indices))) != len(indices):
-            return f"GPU indices {indices}"
-        for g in gpus:
-            problem = _gpu_problem(g)
-            if problem:
-                return problem
-    if isinstance(torch, dict):
-        version, cuda = torch.get("version"), torch.get("cuda_version")
-        if isinstance(cuda, str) and not NUMERIC_VERSION.match(cuda):
-            return f"torch CUDA {cuda!r}"
-        if isinstance(version, str):
-            try:
-                Version(version)
-            except InvalidVersion:
-                return f"torch version {version!r}"
-        count = torch.get("device_count")
-        if _is_int(count) and (count < 0 or (torch.get("is_cuda_available") is True and not count)):
-            return f"device count {count}"
-        arch = torch.get("arch_list")
-        if isinstance(arch, list) and any(
-            isinstance(a, str) and not TORCH_ARCH.match(a) for a in arch
-        ):
-            return f"arch list {arch}"
-    for engine in _list(doc.get("engines")):
-        if isinstance(engine, dict) and isinstance(engine.get("version"), str):
-            try:
-                Version(engine["version"])
-            except InvalidVersion:
-                return f"engine version {engine['version']!r}"
-    for section, keys in (
-        ("disk", ("free_bytes",)),
-        ("model", ("weights_bytes_on_disk", "checkpoint_bytes")),
-    ):
-        part = doc.get(section)
-        if isinstance(part, dict):
-            for key in keys:
-                if _is_int(part.get(key)) and part[key] < 0:
-                    return f"{section}.{key} {part[key]}"
-    return None
-
 
 def run_facts_case(
     case: ArtifactCase, folder: Path, limit_s: float = TIME_LIMIT_S
@@ -770,28 +353,6 @@ def run_facts_case(
 
 
 # ---- calibration
-
-
-def calibration_problem(case: ArtifactCase) -> str | None:
-    """A profile no calibration can have measured: efficiencies outside (0, 1], ceilings or
-    overheads that are not finite and positive."""
-    doc = _parse(case.files.get("profile.json", b""))
-    if not isinstance(doc, dict):
-        return None
-    profile = doc.get("profile")
-    if isinstance(profile, dict):
-        for key in ("gemm_efficiency", "attention_efficiency", "memory_efficiency"):
-            value = profile.get(key)
-            is_number = isinstance(value, int | float) and not isinstance(value, bool)
-            if is_number and not (math.isfinite(value) and 0 < value <= 1):
-                return f"profile.{key} {value}"
-    sheet = doc.get("datasheet")
-    if isinstance(sheet, dict):
-        bandwidth = sheet.get("memory_bandwidth_bytes_per_s")
-        if isinstance(bandwidth, int | float) and not (math.isfinite(bandwidth) and bandwidth > 0):
-            return f"datasheet bandwidth {bandwidth}"
-    bad = impossible_numbers(doc)
-    return bad[0] if bad else None
 
 
 def run_calibration_case(

@@ -3,8 +3,8 @@ versions, a future schema, wrong types, bad encodings) is refused (exit 2, namin
 or fails the check that reads it (exit 1); the gate never passes impossible facts, never
 runs the command on them, never exits 3.
 
-The mutations, the run and the independent reading of what is impossible
-(``facts_problem``) are ``benchmarks/fuzz_artifacts.py``'s."""
+The mutations and the run are ``benchmarks/fuzz_artifacts.py``'s, the independent reading of
+what is impossible (``facts_problem``) ``benchmarks/fuzz_oracles.py``'s."""
 
 from __future__ import annotations
 
