@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from servefit.adapters.catalog import efficiency_table, find_catalog_model, gpu_catalog
+from servefit.core.engines import VllmAccountedEngine, get_engine
 from servefit.core.hardware import GpuSpec
 from servefit.core.hf_config import spec_from_hf_config
 from servefit.core.model_spec import ModelSpec
@@ -71,6 +72,8 @@ class MeasuredSettings(BaseModel):
     max_model_len: int | None = None
     kv_cache_dtype: str = "auto"
     gpu_memory_utilization: float | None = None
+    # TensorRT-LLM's KV pool: this share of the memory free after loading (its default 0.9)
+    kv_cache_free_gpu_memory_fraction: float | None = Field(default=None, gt=0, le=1)
     quantization: str | None = None  # vLLM --quantization (fp8 at load time)
     weights: str | None = None  # a whole-model format of WEIGHT_FORMATS
     enable_prefix_caching: bool = True
@@ -153,6 +156,24 @@ class PreparedMeasurement:
     coeffs: ModelCoeffs
 
 
+def _plan(m: Measurement, spec: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> CapacityPlan:
+    """The measured engine's plan: its own KV pool rule (TensorRT-LLM) and its name, which
+    picks its admission rule in the simulation (servefit.core.engine_scheduling)."""
+    engine = get_engine(m.engine)
+    fraction = m.settings.kv_cache_free_gpu_memory_fraction
+    if fraction is not None:
+        if not isinstance(engine, VllmAccountedEngine) or engine.free_memory_fraction is None:
+            raise ConfigError(
+                f"measurement {m.id}: kv_cache_free_gpu_memory_fraction is TensorRT-LLM's "
+                f"setting; {m.engine} sizes its KV cache otherwise"
+            )
+        engine = replace(engine, free_memory_fraction=fraction)
+    if isinstance(engine, VllmAccountedEngine):
+        return engine.plan(spec, gpu, settings, with_suggestions=False)
+    # llama.cpp and MLX measurements are planned with vLLM's accounting, under their name
+    return replace(plan_capacity(spec, gpu, settings, with_suggestions=False), engine=m.engine)
+
+
 def prepare(m: Measurement) -> PreparedMeasurement:
     """Parse the model and plan the measured setup once (no efficiency factor enters)."""
     gpu = gpu_catalog().get(m.gpu)
@@ -171,7 +192,7 @@ def prepare(m: Measurement) -> PreparedMeasurement:
         quantization=s.quantization,
         enable_prefix_caching=s.enable_prefix_caching,
     )
-    plan = plan_capacity(spec, gpu, settings, with_suggestions=False)
+    plan = _plan(m, spec, gpu, settings)
     if not plan.starts:
         raise ConfigError(f"measurement {m.id}: the setup does not fit: {plan.problems}")
     coeffs = model_coeffs(

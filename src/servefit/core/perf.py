@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from servefit.core.agent import AgentSession, history_block_tokens, plan_agent_session
+from servefit.core.engine_scheduling import admission_rule
 from servefit.core.hardware import GpuSpec
 from servefit.core.kv_cache import blocks_per_request
 from servefit.core.ops import (
@@ -172,6 +173,7 @@ def serving_limits(plan: CapacityPlan) -> ServingLimits:
             is_hybrid=plan.model.is_hybrid,
             has_hybrid_prefix_caching=plan.behaviour.has_hybrid_prefix_caching,
         ),
+        reserved_output_fraction=admission_rule(plan.engine).reserved_output_fraction,
     )
 
 
@@ -305,6 +307,7 @@ def plan_performance(
         *m.assumptions,
         "continuous batching with chunked prefill as vLLM V1 schedules it "
         f"(max_num_batched_tokens {chunk}, max_num_seqs {r.max_num_seqs})",
+        admission_rule(plan.engine).describe,
         *(
             ("pipeline stages run one after another for a batch (no micro-batch overlap)",)
             if m.pp > 1

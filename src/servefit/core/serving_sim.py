@@ -107,6 +107,9 @@ class Simulation:
         self.busy_s = 0.0
         self.prefill_s = 0.0  # of busy_s, prefill work
         self.used = 0  # KV blocks the running requests hold
+        # KV blocks the running requests will hold at their full length (prompt + output)
+        self.final_blocks = 0
+        self.reserve = limits.reserved_output_fraction
 
     def blocks(self, length: int) -> int:
         return self.table[length]
@@ -121,6 +124,19 @@ class Simulation:
         for r, n in chunks:
             grow += t[r.computed + n] - t[r.computed]
         return grow
+
+    def final_blocks_of(self, r: _Req) -> int:
+        return self.table[r.spec.input_len + r.spec.output_len]
+
+    def admits(self, grow: int, new_blocks: int, new_final_blocks: int) -> bool:
+        """Whether a request holding ``new_blocks`` after this step (``new_final_blocks`` at
+        its full length) fits beside the running ones (growing by ``grow``), with the
+        engine's reserved share of every request's output still to come kept free."""
+        held = self.used + grow + new_blocks
+        if self.reserve:
+            to_come = self.final_blocks + new_final_blocks - held
+            held += self.reserve * max(to_come, 0)
+        return held <= self.limits.num_kv_blocks
 
     def set_computed(self, r: _Req, tokens: int) -> None:
         """Change a running request's cached tokens, keeping the block count current."""
@@ -163,7 +179,6 @@ class Simulation:
         # the exact sum only when the bound does not fit
         grow = self.growth_bound(decodes, chunks) if self.waiting else 0
         is_exact = False
-        capacity = self.limits.num_kv_blocks
         while self.waiting and len(self.running) < self.limits.max_num_seqs and budget > 0:
             r = self.waiting[0]
             start = r.computed
@@ -172,14 +187,16 @@ class Simulation:
                 r.cached = hit
                 start = max(r.computed, hit)
             n = min(r.prompt - start, budget)
-            if self.used + grow + self.blocks(start + n) > capacity and not is_exact:
+            final = self.final_blocks_of(r)
+            if not is_exact and not self.admits(grow, self.blocks(start + n), final):
                 grow, is_exact = self.growth_blocks(decodes, chunks), True
-            if self.used + grow + self.blocks(start + n) > capacity:
+            if not self.admits(grow, self.blocks(start + n), final):
                 kv_blocked = True
                 r.cached = 0
                 break
             self.waiting.popleft()
             self.running.append(r)
+            self.final_blocks += final
             r.computed = 0
             self.set_computed(r, start)
             grow += self.blocks(start + n) - self.blocks(start)
@@ -197,6 +214,7 @@ class Simulation:
             if self.used + self.growth_blocks(decodes, chunks) <= self.limits.num_kv_blocks:
                 return
             victim = self.running.pop()
+            self.final_blocks -= self.final_blocks_of(victim)
             self.preemptions += 1
             victim.preemptions += 1
             self.set_computed(victim, 0)
@@ -211,6 +229,7 @@ class Simulation:
         r.finish = self.t
         self.set_computed(r, 0)
         self.running.remove(r)
+        self.final_blocks -= self.final_blocks_of(r)
         self.done.append(r)
         if r.index + 1 < len(r.session.turns):  # the session's next turn, sent at once
             self.waiting.append(_Req(r.session, r.index + 1, self.t, self.history_block))

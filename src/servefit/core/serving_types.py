@@ -30,10 +30,18 @@ class ServingLimits:
     # a session's history is reused in blocks of this many tokens (0: not at all; see
     # servefit.core.agent.history_block_tokens); None: block_size when caching is on
     history_block_tokens: int | None = None
+    # Of each running request's output still to come, the share whose KV blocks admission
+    # keeps free (the engine's rule, servefit.core.engine_scheduling): 0 admits on the blocks
+    # of the scheduled tokens alone and preempts when decodes outgrow the cache (vLLM); 1
+    # reserves prompt + all output at admission, so nothing is ever preempted (TensorRT-LLM's
+    # GUARANTEED_NO_EVICT).
+    reserved_output_fraction: float = 0.0
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise InvalidArgumentError("max_num_seqs and max_num_batched_tokens must be >= 1")
+        if not 0.0 <= self.reserved_output_fraction <= 1.0:
+            raise InvalidArgumentError("reserved_output_fraction must be in [0, 1]")
         if self.history_block_tokens is not None and self.history_block_tokens < 0:
             raise InvalidArgumentError("history_block_tokens must be >= 0")
 

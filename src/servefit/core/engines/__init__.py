@@ -19,7 +19,9 @@ trtllm         NVIDIA                      as vLLM (vLLM's accounting, an assump
 =============  ==========================  ===============================================
 
 SGLang and TensorRT-LLM are not modelled on their own: they get vLLM's accounting under
-their name, with their own launch command, and the plan says so in its assumptions.
+their name, with their own launch command, and the plan says so in its assumptions;
+TensorRT-LLM's KV pool is its own rule (90 % of the memory free after loading), and each
+engine's admission into the KV cache is :mod:`servefit.core.engine_scheduling`.
 """
 
 from __future__ import annotations
@@ -88,7 +90,8 @@ _ENGINES: dict[str, ServingEngine | tuple[str, str]] = {
     "mlx": ("servefit.core.engines.mlx", "MlxEngine"),
     "llama.cpp": ("servefit.core.engines.llama_cpp", "LlamaCppEngine"),
     "sglang": VllmAccountedEngine(name="sglang", label="SGLang"),
-    "trtllm": VllmAccountedEngine(name="trtllm", label="TensorRT-LLM"),
+    # KvCacheConfig.free_gpu_memory_fraction: "Default is 90%" (tensorrt_llm/llmapi/llm_args.py)
+    "trtllm": VllmAccountedEngine(name="trtllm", label="TensorRT-LLM", free_memory_fraction=0.9),
     "vllm-cpu": VllmCpuEngine(),
 }
 _ALIASES = {

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 
 from servefit.core.engines import unified_memory as um
 from servefit.core.hardware import GpuSpec
+from servefit.core.memory import MemoryBreakdown
 from servefit.core.model_spec import ModelSpec
 from servefit.core.plan import CapacityPlan, ServeSettings, plan_capacity
 from servefit.core.vllm_command import vllm_serve_args
@@ -60,10 +61,22 @@ def _refusal(label: str, spec: ModelSpec, gpu: GpuSpec) -> str | None:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VllmAccountedEngine:
     """An engine servefit does not model itself (SGLang, TensorRT-LLM): vLLM's capacity
-    accounting under that engine's name, said as an assumption, with its own command."""
+    accounting under that engine's name, said as an assumption, with its own command.
+
+    ``free_memory_fraction`` is the engine's own KV pool rule when it has one: the pool is
+    that share of the memory still free once the model is loaded (weights, activations,
+    runtime buffers), not vLLM's share of the whole device. TensorRT-LLM's
+    ``KvCacheConfig.free_gpu_memory_fraction`` ("The fraction of GPU memory fraction that
+    should be allocated for the KV cache. Default is 90%", tensorrt_llm/llmapi/llm_args.py).
+    Worked example (Llama-3.3-70B in NVFP4 on a B200): 191.8 GB visible, 47.5 GB loaded
+    (weights 41.2, activations 4.1, runtime 2.1): vLLM at 0.9 keeps 0.9 x 191.8 - 47.5 =
+    125.2 GB for KV, TensorRT-LLM 0.9 x (191.8 - 47.5) = 129.9 GB.
+    A ``--gpu-memory-utilization`` or ``--kv-cache-memory-bytes`` the user gives still
+    means what it means to vLLM."""
 
     name: str
     label: str
+    free_memory_fraction: float | None = None
 
     def refusal(self, spec: ModelSpec, gpu: GpuSpec) -> str | None:
         if self.name == "trtllm" and gpu.vendor not in ("nvidia", "custom"):
@@ -80,12 +93,35 @@ class VllmAccountedEngine:
         settings: ServeSettings,
         *,
         mamba_ssm_dtype: str | None = None,
+        with_suggestions: bool = True,
     ) -> CapacityPlan:
-        plan = plan_capacity(spec, gpu, settings, mamba_ssm_dtype=mamba_ssm_dtype)
+        plan = plan_capacity(
+            spec, gpu, settings, mamba_ssm_dtype=mamba_ssm_dtype, with_suggestions=with_suggestions
+        )
         note = (
             f"assumption: {self.label} is taken to account memory as vLLM does (servefit "
             f"does not model {self.label}'s own startup); the verdict's wording is vLLM's"
         )
+        fraction = self.free_memory_fraction
+        own_pool = (
+            fraction is not None
+            and settings.gpu_memory_utilization is None
+            and settings.kv_cache_memory_bytes is None
+        )
+        if own_pool and fraction is not None:
+            pool = free_memory_kv_bytes(plan.memory, fraction)
+            plan = plan_capacity(
+                spec,
+                gpu,
+                replace(settings, kv_cache_memory_bytes=pool),
+                mamba_ssm_dtype=mamba_ssm_dtype,
+                with_suggestions=with_suggestions,
+            )
+            note = (
+                f"assumption: {self.label}'s KV pool is {fraction:.0%} of the memory free after "
+                f"loading ({pool / 1e9:.1f} GB), with vLLM's estimates of weights, activations "
+                "and runtime buffers; the verdict's wording is vLLM's"
+            )
         return replace(
             plan,
             engine=self.name,
@@ -97,6 +133,13 @@ class VllmAccountedEngine:
         if self.name == "sglang":
             return _sglang_args(model_id, plan, asked)
         return _trtllm_args(model_id, plan, asked)
+
+
+def free_memory_kv_bytes(memory: MemoryBreakdown, fraction: float) -> int:
+    """The KV pool of an engine that takes ``fraction`` of the memory free after loading:
+    ``fraction x (total - weights - activation peak - runtime buffers)``."""
+    loaded = memory.weights_bytes + memory.activation_peak_bytes + memory.runtime_bytes
+    return max(int(fraction * (memory.total_bytes - loaded)), 0)
 
 
 def _sglang_args(model_id: str, plan: CapacityPlan, asked: ServeSettings) -> list[str]:
