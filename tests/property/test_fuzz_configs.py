@@ -14,11 +14,11 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fuzz_support import DrawChooser
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -52,19 +52,6 @@ def _limit_s() -> float:
 
 
 LIMIT_S = _limit_s()
-
-
-class DrawChooser:
-    """The mutator's randomness, drawn by Hypothesis (so failures shrink)."""
-
-    def __init__(self, data: Any) -> None:
-        self.data = data
-
-    def choice(self, seq: Sequence[Any]) -> Any:
-        return self.data.draw(st.sampled_from(list(seq)))
-
-    def random(self) -> float:
-        return self.data.draw(st.floats(0, 1, exclude_max=True))
 
 
 @settings(
