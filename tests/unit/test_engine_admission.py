@@ -30,7 +30,7 @@ from servefit.core.plan import ServeSettings, plan_capacity
 from servefit.core.roofline import StepTime
 from servefit.core.serving import ServingLimits, simulate
 from servefit.core.workload import LengthDist, Workload
-from servefit.errors import InvalidArgumentError
+from servefit.errors import ConfigError, InvalidArgumentError
 
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -132,3 +132,31 @@ def test_a_utilization_the_user_gives_keeps_vllms_meaning(catalog_model, gpu):
     asked = ServeSettings(max_model_len=2016, gpu_memory_utilization=0.8)
     plan = get_engine("trtllm").plan(spec, gpu("H100-SXM"), asked, mamba_ssm_dtype=None)
     assert plan.num_blocks == plan_capacity(spec, gpu("H100-SXM"), asked).num_blocks
+
+
+def test_kv_reads_stream_at_their_own_efficiency(catalog_model, gpu):
+    """Attention rows (the KV cache read at decode) use kv_memory_efficiency when a profile
+    sets it, everything else memory_efficiency; unset, both are memory_efficiency. At the
+    saturated batch of a 1,000/1,000 run the KV reads are most of a decode step, while
+    memory_efficiency is what batch-1 weight streaming measures (issue 14)."""
+    from dataclasses import replace
+
+    from servefit.adapters.catalog import efficiency_table
+    from servefit.core.ops import OpKind, decode_step, model_coeffs, step_ops
+    from servefit.core.roofline import op_time
+
+    h100 = gpu("H100-SXM")
+    profile = efficiency_table().for_gpu(h100, "vllm")
+    assert profile.kv_memory_efficiency is None
+    split = replace(profile, memory_efficiency=0.5, kv_memory_efficiency=1.0)
+    rows = step_ops(model_coeffs(catalog_model(LLAMA_8B).spec), decode_step(256, 1500))
+    for row in rows:
+        t = op_time(row, h100, split)
+        eff = 1.0 if row.kind is OpKind.ATTENTION else 0.5
+        assert t.memory_s == pytest.approx(row.memory_bytes / (3.35e12 * eff))
+    attention = next(r for r in rows if r.kind is OpKind.ATTENTION)
+    assert op_time(attention, h100, profile).memory_s == pytest.approx(
+        attention.memory_bytes / (3.35e12 * profile.memory_efficiency)
+    )
+    with pytest.raises(ConfigError, match="kv_memory_efficiency"):
+        replace(profile, kv_memory_efficiency=1.5)

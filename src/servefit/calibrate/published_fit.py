@@ -34,6 +34,7 @@ GRIDS: dict[str, tuple[float, ...]] = {
     "gemm_efficiency": (0.45, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9),
     "attention_efficiency": (0.3, 0.4, 0.5, 0.6, 0.7),
     "memory_efficiency": (0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9),
+    "kv_memory_efficiency": (0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95),
     "step_overhead_s": (0.0002, 0.0005, 0.0008, 0.0012, 0.0016, 0.002),
     "per_seq_overhead_s": (0.0, 5e-6, 10e-6, 20e-6),
     "moe_layer_overhead_s": (0.0, 20e-6, 40e-6, 60e-6, 80e-6, 100e-6, 130e-6),

@@ -62,6 +62,10 @@ class EfficiencyProfile:
     low_bit_compute_efficiency: float = 1.0  # x GEMM efficiency of matmuls with < 8-bit
     # weights (dequantized into a 16-bit matmul, or on FP4 tensor cores)
     unpublished_flops_per_byte: float = UNKNOWN_COMPUTE_FLOPS_PER_BYTE  # no FLOP/s published
+    # achieved / datasheet bandwidth of the attention kernels reading the KV cache (decode
+    # at large batch and long context is mostly this); None: memory_efficiency, the
+    # weight-streaming figure that batch-1 decode measures
+    kv_memory_efficiency: float | None = None
     source: str = ""
     is_calibrated: bool = False
 
@@ -73,8 +77,11 @@ class EfficiencyProfile:
             "interconnect_efficiency",
             "low_bit_memory_efficiency",
             "low_bit_compute_efficiency",
+            "kv_memory_efficiency",
         ):
             value = getattr(self, name)
+            if value is None and name == "kv_memory_efficiency":
+                continue
             if not 0 < value <= 1:
                 raise ConfigError(
                     f"efficiency profile {self.hardware_class}/{self.engine}: {name} must be "
@@ -101,8 +108,13 @@ class EfficiencyProfile:
         return (
             f"efficiency profile {self.hardware_class}/{self.engine}: GEMM "
             f"{self.gemm_efficiency:.0%} of peak, attention {self.attention_efficiency:.0%}, "
-            f"memory {self.memory_efficiency:.0%} of bandwidth, "
-            f"{self.step_overhead_s * 1e3:.2f} ms per step + "
+            f"memory {self.memory_efficiency:.0%} of bandwidth"
+            + (
+                f" (KV-cache reads {self.kv_memory_efficiency:.0%})"
+                if self.kv_memory_efficiency is not None
+                else ""
+            )
+            + f", {self.step_overhead_s * 1e3:.2f} ms per step + "
             f"{self.per_seq_overhead_s * 1e6:.0f} us per sequence, "
             f"{self.request_overhead_s * 1e3:.1f} ms per request"
             + (f" ({self.source})" if self.source else ""),
@@ -272,7 +284,10 @@ def _op_seconds(
     if op.is_low_bit:  # dequantizing kernels stream packed weights less efficiently
         weight_eff *= profile.low_bit_memory_efficiency
     moved = op.memory_bytes + op.weight_bytes * (1 / weight_eff - 1)
-    memory = moved / (gpu.memory_bandwidth_bytes_per_s * profile.memory_efficiency)
+    bandwidth_eff = profile.memory_efficiency
+    if op.kind is OpKind.ATTENTION and profile.kv_memory_efficiency is not None:
+        bandwidth_eff = profile.kv_memory_efficiency
+    memory = moved / (gpu.memory_bandwidth_bytes_per_s * bandwidth_eff)
     comm = 0.0
     if op.kind is OpKind.COMM:
         link = link_bandwidth_bytes_per_s(gpu, op.link, profile)
