@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import socket
 import statistics
@@ -28,6 +29,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 PROMPT = " ".join(["word"] * 64)
 OUTPUT_TOKENS = 16
@@ -66,8 +68,21 @@ def start_server() -> tuple[subprocess.Popen, str]:
     raise SystemExit("null server did not start")
 
 
+def run_on_bench_loop(coro: Any) -> Any:
+    """Run ``coro`` on the event loop servefit bench runs on (uvloop where installed), so
+    the ratio compares the clients, not two event loops."""
+    loop_factory = None
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(coro)
+
+
 async def bare_loop(url: str, requests: int, concurrency: int) -> float:
-    """The least a Python client can do: post, read the stream to [DONE], repeat."""
+    """The least a Python client can do: post, read the stream by block (as servefit bench
+    and vLLM's bench client read it) until [DONE], repeat."""
     import aiohttp
 
     body = {
@@ -83,8 +98,10 @@ async def bare_loop(url: str, requests: int, concurrency: int) -> float:
         async def worker() -> None:
             for _ in remaining:
                 async with session.post(url + "/v1/completions", json=body) as resp:
-                    async for line in resp.content:
-                        if line.startswith(b"data: [DONE]"):
+                    tail = b""
+                    async for block in resp.content.iter_any():
+                        tail = (tail + block)[-32:]  # [DONE] may span two blocks
+                        if b"data: [DONE]" in tail:
                             break
 
         start = time.perf_counter()
@@ -222,9 +239,9 @@ def rounds(
     for i in range(count):
         if i % 2:
             ours, lag = servefit(url, requests, concurrency)
-            bare = asyncio.run(bare_loop(url, requests, concurrency))
+            bare = run_on_bench_loop(bare_loop(url, requests, concurrency))
         else:
-            bare = asyncio.run(bare_loop(url, requests, concurrency))
+            bare = run_on_bench_loop(bare_loop(url, requests, concurrency))
             ours, lag = servefit(url, requests, concurrency)
         out.append((bare, ours, lag))
         if count > 1:
