@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from servefit.adapters.report_document import MeasuredSection, RecordGroup
 from servefit.bench.metrics import latencies
 from servefit.bench.records import Outcome, RequestRecord
 from servefit.bench.runner import BenchResult
+from servefit.core.hf_values import json_numbers
 from servefit.errors import DatasetError
 
 GROUPS = ("cold", "warm")  # the subfolders of a --prefix-cache-compare run
@@ -58,21 +58,9 @@ NEGATIVE_OK = frozenset({"client_lag_s", "ttft_from_scheduled_s", "ttft_saved_s"
 UNREAD = frozenset({"config", "server", "prediction"})  # free-form, not figures the report uses
 
 
-def _numbers(doc: Any, where: str = "") -> Iterator[tuple[str, float]]:
-    """Every number of a decoded document with its dotted path."""
-    if isinstance(doc, dict):
-        for key, value in doc.items():
-            yield from _numbers(value, f"{where}.{key}" if where else str(key))
-    elif isinstance(doc, list):
-        for i, value in enumerate(doc):
-            yield from _numbers(value, f"{where}.{i}")
-    elif isinstance(doc, int | float) and not isinstance(doc, bool):
-        yield where, doc
-
-
 def number_problem(doc: dict[str, Any]) -> str | None:
     """The first number no run writes: NaN, an infinity, a negative count, time or rate."""
-    for where, value in _numbers({k: v for k, v in doc.items() if k not in UNREAD}):
+    for where, value in json_numbers({k: v for k, v in doc.items() if k not in UNREAD}):
         names = set(where.split("."))
         if not math.isfinite(value):
             return f"{where}: {value} is not a finite number"

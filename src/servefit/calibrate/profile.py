@@ -18,16 +18,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
 from servefit.adapters.catalog import gpu_catalog
 from servefit.adapters.document import FrozenDoc
 from servefit.core.hardware import GpuSpec
+from servefit.core.hf_values import json_numbers
 from servefit.core.roofline import EfficiencyProfile
 from servefit.errors import ConfigError, ServefitError
 
@@ -150,21 +149,10 @@ POSITIVE = ("bandwidth_bytes_per_s", "flops_per_s")
 EFFICIENCIES = ("gemm_efficiency", "attention_efficiency", "memory_efficiency")
 
 
-def _numbers(value: Any, where: str = "") -> Iterator[tuple[str, float]]:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield from _numbers(item, f"{where}.{key}" if where else str(key))
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from _numbers(item, f"{where}.{i}")
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        yield where, value
-
-
 def calibration_problem(doc: CalibrationDocument) -> str | None:
     """The first figure no calibration measures: not finite, negative, a device rate or size
     of zero, an efficiency outside (0, 1] (each is a measured ceiling over the datasheet's)."""
-    for where, value in _numbers(dataclasses.asdict(doc)):
+    for where, value in json_numbers(dataclasses.asdict(doc)):
         if not math.isfinite(value) or value < 0:
             return f"{where}: {value}, not a finite non-negative number"
         names = where.split(".")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import reprlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,3 +78,16 @@ def checked_fraction(where: str, name: str, value: Any) -> float:
     if not 0 < value <= 1:  # NaN fails this too
         raise ConfigError(f"{where}: {name} must be in (0, 1] (a share), got {show(value)}")
     return float(value)
+
+
+def json_numbers(doc: Any, where: str = "") -> Iterator[tuple[str, float]]:
+    """Every number of a decoded JSON document (bools are not numbers), with its dotted path
+    (``a.b.0``): what a reader range-checks in one pass."""
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            yield from json_numbers(value, f"{where}.{key}" if where else str(key))
+    elif isinstance(doc, list):
+        for i, value in enumerate(doc):
+            yield from json_numbers(value, f"{where}.{i}")
+    elif isinstance(doc, int | float) and not isinstance(doc, bool):
+        yield where, doc
