@@ -745,6 +745,19 @@ def _artifacts() -> Any:
     return module
 
 
+def exit_on_bad_cases(counts_by_kind: dict[str, Counter[str]], seed: int) -> None:
+    """``--strict``: exit 1, naming them, when any kind has a crash, hang or implausible case."""
+    bad = {
+        f"{kind} {verdict}": count
+        for kind, counts in counts_by_kind.items()
+        for verdict, count in counts.items()
+        if verdict not in ("plausible", "clean error") and count
+    }
+    if bad:
+        print(f"\nstrict: {bad} (rerun with --seed {seed} --log FILE for the cases)")
+        sys.exit(1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=10_000, help="config cases")
@@ -776,19 +789,10 @@ def main() -> None:
     finally:
         if log is not None:
             log.close()
-    bad = {
-        f"{kind} {verdict}": count
-        for kind, counts in (
-            ("config", config_counts),
-            ("flag", flag_counts),
-            *artifact_counts.items(),
+    if args.strict:
+        exit_on_bad_cases(
+            {"config": config_counts, "flag": flag_counts, **artifact_counts}, args.seed
         )
-        for verdict, count in counts.items()
-        if verdict not in ("plausible", "clean error") and count
-    }
-    if args.strict and bad:
-        print(f"\nstrict: {bad} (rerun with --seed {args.seed} --log FILE for the cases)")
-        sys.exit(1)
 
 
 if __name__ == "__main__":

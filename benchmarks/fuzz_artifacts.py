@@ -459,15 +459,8 @@ def main() -> None:
     finally:
         if log is not None:
             log.close()
-    bad = {
-        f"{kind} {verdict}": n
-        for kind, tally in counts.items()
-        for verdict, n in tally.items()
-        if verdict not in ("plausible", "clean error") and n
-    }
-    if args.strict and bad:
-        print(f"\nstrict: {bad} (rerun with --seed {args.seed} --log FILE for the cases)")
-        sys.exit(1)
+    if args.strict:
+        fuzz.exit_on_bad_cases(counts, args.seed)
 
 
 if __name__ == "__main__":
