@@ -293,6 +293,7 @@ class ModelSpec:
     rope_cache_dims: tuple[int, ...] = ()
     _hash: int = field(init=False, repr=False, compare=False, hash=False)
     _kinds: frozenset[MixerKind] = field(init=False, repr=False, compare=False, hash=False)
+    _sparse: bool = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         _require_positive(self.name, hidden_size=self.hidden_size, vocab_size=self.vocab_size)
@@ -300,6 +301,15 @@ class ModelSpec:
             raise ConfigError(f"{self.name}: the model has no layers")
         object.__setattr__(
             self, "_kinds", frozenset(m.kind for layer in self.layers for m in layer.mixers)
+        )
+        object.__setattr__(
+            self,
+            "_sparse",
+            any(
+                isinstance(m, MlaSpec) and m.has_indexer
+                for layer in self.layers
+                for m in layer.mixers
+            ),
         )
         # Specs key the caches of derived quantities; hash the (large) value once.
         object.__setattr__(
@@ -339,6 +349,11 @@ class ModelSpec:
         return self._kinds
 
     @property
+    def is_sparse_mla(self) -> bool:
+        """DeepSeek-V3.2 sparse attention: some MLA layer has a lightning indexer."""
+        return self._sparse
+
+    @property
     def is_moe(self) -> bool:
         return any(isinstance(layer.mlp, MoeSpec) for layer in self.layers)
 
@@ -360,12 +375,7 @@ class ModelSpec:
         if self.is_hybrid:
             parts.append("hybrid")
         if MixerKind.MLA in kinds:
-            sparse = any(
-                isinstance(m, MlaSpec) and m.has_indexer
-                for layer in self.layers
-                for m in layer.mixers
-            )
-            parts.append("sparse MLA" if sparse else "MLA")
+            parts.append("sparse MLA" if self.is_sparse_mla else "MLA")
         if MixerKind.SLIDING_WINDOW in kinds:
             parts.append("sliding-window")
         parts.append("MoE" if self.is_moe else "dense")

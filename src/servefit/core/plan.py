@@ -38,7 +38,6 @@ from servefit.core.memory import MemoryBreakdown, activation_peak_bytes, memory_
 from servefit.core.model_spec import (
     AttentionSpec,
     MixerKind,
-    MlaSpec,
     ModelSpec,
 )
 
@@ -120,9 +119,7 @@ def _cache_settings(
         mla_block = MLA_BLOCK_SIZE_HOPPER
     elif cc is not None and cc[0] == 10:
         mla_block = MLA_BLOCK_SIZE_BLACKWELL
-    sparse = any(
-        isinstance(m, MlaSpec) and m.has_indexer for layer in spec.layers for m in layer.mixers
-    )
+    sparse = spec.is_sparse_mla
     if sparse:
         mla_block = SPARSE_MLA_BLOCK_SIZE
     # Attention-free models (pure Mamba) default to no prefix caching in vLLM 0.32

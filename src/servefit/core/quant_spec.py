@@ -54,6 +54,9 @@ class QuantSpec:
         init=False, repr=False, compare=False, hash=False
     )
     _plain_lengths: tuple[int, ...] = field(init=False, repr=False, compare=False, hash=False)
+    # module name -> index of the rule that names it (None: no rule). Every rank, stage,
+    # GPU and performance step asks about the same few hundred modules: answered once.
+    _rule_index: dict[str, int | None] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         plain: dict[str, int] = {}
@@ -66,6 +69,7 @@ class QuantSpec:
         object.__setattr__(self, "_plain", plain)
         object.__setattr__(self, "_patterns", tuple(patterns))
         object.__setattr__(self, "_plain_lengths", tuple(sorted({p.count(".") + 1 for p in plain})))
+        object.__setattr__(self, "_rule_index", {})
 
     @property
     def is_quantized(self) -> bool:
@@ -73,6 +77,13 @@ class QuantSpec:
 
     def rule_for(self, module_name: str) -> QuantRule | None:
         """The first rule that names this module (or a parent of it), if any."""
+        try:
+            best = self._rule_index[module_name]
+        except KeyError:
+            best = self._rule_index[module_name] = self._first_rule(module_name)
+        return None if best is None else self.rules[best]
+
+    def _first_rule(self, module_name: str) -> int | None:
         best: int | None = None
         if self._plain:
             parts = module_name.split(".")
@@ -87,7 +98,7 @@ class QuantSpec:
             if module_matches(rule.pattern, module_name):
                 best = index
                 break
-        return None if best is None else self.rules[best]
+        return best
 
     def format_for(self, module_name: str) -> WeightFormat | None:
         """The format of one linear module, ``None`` when it stays in the model dtype."""

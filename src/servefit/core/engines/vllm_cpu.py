@@ -165,9 +165,7 @@ class VllmCpuEngine:
                 f"{spec.name} is a GGUF file: plan it with llama.cpp (engine 'llama.cpp'), "
                 "which runs on CPUs too"
             )
-        if any(
-            isinstance(m, MlaSpec) and m.has_indexer for layer in spec.layers for m in layer.mixers
-        ):
+        if spec.is_sparse_mla:
             # vLLM 0.32 platforms/cpu.py CpuPlatform.get_attn_backend_cls:
             # NotImplementedError("Sparse Attention is not supported on CPU.")
             return (
