@@ -25,7 +25,7 @@ COMMANDS = {
     "cost": "servefit.cli.cost:cost",
     "report": "servefit.cli.report:report",
     "bench": "servefit.cli.bench:bench",
-    "null-server": "servefit.cli.bench:null_server",
+    "null-server": "servefit.cli.null_server:null_server",
     "preflight": "servefit.cli.preflight:preflight",
     "up": "servefit.cli.up:up",
     "deploy": "servefit.cli.deploy:deploy",
