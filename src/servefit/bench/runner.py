@@ -89,18 +89,26 @@ class Scrape:
     raw: dict[str, float] = field(default_factory=dict)
 
 
-async def _scrape(client: OpenAIClient) -> Scrape:
+async def _metrics_text(client: OpenAIClient) -> str | None:
     try:
         async with client.session.get(f"{client.base_urls[0]}/metrics") as resp:
             if resp.status != 200:
-                return Scrape()
-            text = await resp.text()
+                return None
+            return await resp.text()
     except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
+        return None
+
+
+async def _scrape(client: OpenAIClient) -> Scrape:
+    """Every counter and histogram, before and after the run (parsed once)."""
+    text = await _metrics_text(client)
+    if text is None:
         return Scrape()
-    raw = server_metrics.parse_prometheus(text)
+    parsed = list(server_metrics.samples(text))
+    raw = server_metrics.sums(parsed)
     return Scrape(
         counters=server_metrics.normalise(raw),
-        histograms=server_metrics.parse_histograms(text),
+        histograms=server_metrics.histograms(parsed),
         raw=raw,
     )
 
@@ -108,13 +116,14 @@ async def _scrape(client: OpenAIClient) -> Scrape:
 async def _sample(
     client: OpenAIClient, clock: Clock, directory: Path | None, peaks: dict[str, float]
 ) -> None:
-    """Gauges about once a second, appended to server_metrics.jsonl as they come."""
+    """Gauges about once a second, appended to server_metrics.jsonl as they come. Only the
+    gauges' lines are parsed: this runs on the event loop that sends the requests."""
     handle = (directory / "server_metrics.jsonl").open("a", encoding="utf-8") if directory else None
     try:
         while True:
             await asyncio.sleep(SAMPLE_INTERVAL_S)
-            scrape = await _scrape(client)
-            gauges = {k: v for k, v in scrape.counters.items() if k in server_metrics.GAUGES}
+            text = await _metrics_text(client)
+            gauges = server_metrics.parse_gauges(text) if text is not None else {}
             for name, value in gauges.items():
                 peaks[name] = max(peaks.get(name, value), value)
             if handle is not None and gauges:

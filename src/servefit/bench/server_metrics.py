@@ -8,7 +8,7 @@ commas, escaped quotes and newlines); a line it refuses is skipped, the rest is 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -45,6 +45,8 @@ NAMES: dict[str, tuple[str, ...]] = {
     ),
 }
 GAUGES = ("requests_running", "requests_waiting", "kv_cache_usage")
+# the exposition names of the gauges: what a sample taken while the run goes on reads
+_GAUGE_METRICS = frozenset(name for gauge in GAUGES for name in NAMES[gauge])
 
 
 Sample = tuple[str, dict[str, str], float]  # sample name (``_total``, ``_bucket`` kept), labels
@@ -74,10 +76,42 @@ def _parse(text: str) -> Iterator[Sample]:
 
 def parse_prometheus(text: str) -> dict[str, float]:
     """Sum of every sample per metric name (labels collapsed)."""
+    return sums(samples(text))
+
+
+def sums(parsed: Iterable[Sample]) -> dict[str, float]:
     out: dict[str, float] = {}
-    for name, _, value in samples(text):
+    for name, _, value in parsed:
         out[name] = out.get(name, 0.0) + value
     return out
+
+
+def gauge_lines(text: str) -> str:
+    """Only the lines of the gauges servefit samples during a run (and their ``# TYPE`` /
+    ``# HELP``). vLLM 0.32's /metrics is ~630 lines, mostly histogram buckets; parsing all
+    of it takes tens of milliseconds of the event loop that sends the requests, every
+    second. The text format escapes newlines inside label values, so a line is a sample."""
+    kept = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            parts = line.split(maxsplit=3)
+            if len(parts) >= 3 and parts[1] in ("TYPE", "HELP") and parts[2] in _GAUGE_METRICS:
+                kept.append(line)
+            continue
+        end = len(line)
+        for stop in ("{", " "):
+            at = line.find(stop)
+            if at != -1:
+                end = min(end, at)
+        if line[:end] in _GAUGE_METRICS:
+            kept.append(line)
+    return "\n".join(kept) + "\n" if kept else ""
+
+
+def parse_gauges(text: str) -> dict[str, float]:
+    """The gauges (running, waiting, KV-cache usage) of one /metrics text, normalised."""
+    values = normalise(parse_prometheus(gauge_lines(text)))
+    return {name: value for name, value in values.items() if name in GAUGES}
 
 
 def normalise(raw: dict[str, float]) -> dict[str, float]:
@@ -120,8 +154,12 @@ HISTOGRAMS: dict[str, tuple[str, ...]] = {
 def parse_histograms(text: str) -> dict[str, dict[float, float]]:
     """Cumulative bucket counts per histogram name (``_bucket`` samples, labels other than
     ``le`` summed)."""
+    return histograms(samples(text))
+
+
+def histograms(parsed: Iterable[Sample]) -> dict[str, dict[float, float]]:
     out: dict[str, dict[float, float]] = {}
-    for name, labels, value in samples(text):
+    for name, labels, value in parsed:
         if not name.endswith("_bucket") or "le" not in labels:
             continue
         try:
