@@ -5,8 +5,9 @@ Run: python benchmarks/plan_speed.py     (prints a table; exits 0 whatever the n
 Targets (issue 11, on a 2-core machine): <= 5 ms per plan (warm); CLI cold start <= 0.15 s
 for a capacity-only plan (``--no-performance --json``) and <= 0.35 s with the performance
 section; <= 2 s for a 10,000-configuration sweep. Cold starts are medians of 7 runs; on a
-machine shared with other work they are slower, so the table also prints ``python -c pass``
-and ``servefit --version`` measured in the same run as the baseline to read them against.
+machine shared with other work they are slower, so the table also prints ``python -c pass``,
+``python -c 'import click'`` and ``servefit --version`` measured in the same run as the
+baselines to read them against (what is left of a target once Python and click have started).
 The CLI runs byte-compiled, as an installed package does, through the console script's
 entry point (``servefit.cli.entry``).
 
@@ -175,6 +176,7 @@ def cli_cold_start() -> dict[str, float]:
 
     runs: dict[str, list[float]] = {
         "python": [],
+        "click": [],
         "version": [],
         "capacity": [],
         "performance": [],
@@ -182,6 +184,7 @@ def cli_cold_start() -> dict[str, float]:
     seconds(*seed, "--json")  # warm-up: compiles the bytecode of everything a plan imports
     for _ in range(7):
         runs["python"].append(seconds("-c", "pass", program=[sys.executable]))
+        runs["click"].append(seconds("-c", "import click", program=[sys.executable]))
         runs["version"].append(seconds("--version"))
         runs["capacity"].append(seconds(*seed, "--no-performance", "--json"))
         runs["performance"].append(seconds(*seed, "--json"))
@@ -244,6 +247,7 @@ def main() -> None:
         ("CLI cold start: capacity-only plan (--no-performance --json)", "capacity", "<= 0.15 s"),
         ("CLI cold start: plan --json with the performance section", "performance", "<= 0.35 s"),
         ("baseline: servefit --version", "version", ""),
+        ("baseline: python -c 'import click' (the CLI's framework)", "click", ""),
         ("baseline: python -c pass", "python", ""),
     ]
     for label, key, target in rows:
