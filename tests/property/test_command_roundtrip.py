@@ -16,11 +16,14 @@ from servefit.app.plan import plan_deployment
 from servefit.core.plan import ServeSettings
 from servefit.preflight.vllm_args import parse_vllm_command
 
+# prefix caching off unless given; its config has no maximum length
+PURE_MAMBA = "mistralai/Mamba-Codestral-7B-v0.1"
 MODELS = (
     "meta-llama/Llama-3.1-8B",
     "Qwen/Qwen3.6-27B-FP8",
     "Qwen/Qwen3-30B-A3B",
     "google/gemma-2-9b",
+    PURE_MAMBA,
 )
 GPUS = ("A40", "L40S", "H100", "A100-80GB")
 
@@ -33,13 +36,18 @@ def deployments(draw: st.DrawFn) -> Deployment:
         hardware=Hardware(gpu=draw(st.sampled_from(GPUS))),
         settings=ServeSettings(
             tensor_parallel_size=draw(st.sampled_from((1, 2, 4))),
-            max_model_len=draw(st.one_of(st.none(), st.integers(1024, 300_000))),
+            max_model_len=draw(
+                st.integers(1024, 300_000)
+                if model == PURE_MAMBA
+                else st.one_of(st.none(), st.integers(1024, 300_000))
+            ),
             max_num_seqs=draw(st.one_of(st.none(), st.integers(1, 512))),
             max_num_batched_tokens=draw(st.one_of(st.none(), st.sampled_from((2048, 8192)))),
             gpu_memory_utilization=draw(st.one_of(st.none(), st.sampled_from((0.8, 0.9, 0.95)))),
             kv_cache_dtype=draw(st.sampled_from(("auto", "fp8"))),
             mamba_ssm_cache_dtype=draw(st.sampled_from(("auto", "float16"))),
-            enable_prefix_caching=draw(st.booleans()),
+            # None: vLLM's default for the model; a flag given is printed and read back
+            enable_prefix_caching=draw(st.one_of(st.none(), st.booleans())),
             enforce_eager=draw(st.booleans()),
         ),
         workload=default_workload(

@@ -95,7 +95,10 @@ SERVE_OPTIONS = [
         help="Recurrent (SSM) state dtype of hybrid models [auto: the architecture's default].",
     ),
     click.option(
-        "--enable-prefix-caching/--no-enable-prefix-caching", default=True, show_default=True
+        "--enable-prefix-caching/--no-enable-prefix-caching",
+        default=None,
+        help="Prefix caching [default: vLLM's for the model: on, off for attention-free ones "
+        "(pure Mamba)].",
     ),
     click.option("--enforce-eager", is_flag=True, help="No CUDA graphs."),
     click.option(
@@ -317,7 +320,7 @@ def pop_serve_settings(flags: dict[str, Any]) -> Any:
         kv_cache_memory_bytes=kv_cache_bytes(kv_memory) if kv_memory else None,
         block_size=flags.pop("block_size", None),
         mamba_ssm_cache_dtype=flags.pop("mamba_ssm_cache_dtype", "auto"),
-        enable_prefix_caching=flags.pop("enable_prefix_caching", True),
+        enable_prefix_caching=flags.pop("enable_prefix_caching", None),
         enforce_eager=flags.pop("enforce_eager", False),
         dtype=flags.pop("dtype", "auto"),
         quantization=flags.pop("quantization", None),

@@ -49,6 +49,7 @@ from servefit.core.plan_settings import (
     ResolvedSettings,
     ServeSettings,
     apply_load_options,
+    is_attention_free,
     resolve_settings,
 )
 from servefit.core.plan_settings import auto_dtype as auto_dtype
@@ -105,6 +106,24 @@ def check_parallel_layout(spec: ModelSpec, tp: int, pp: int, *, ep: bool = False
         )
 
 
+def state_cache_mode(
+    spec: ModelSpec, r: ResolvedSettings, behaviour: engine.VllmBehaviour
+) -> CacheMode:
+    """vLLM's ``mamba_cache_mode`` for this model: "align" when prefix caching is on.
+
+    vLLM 0.32, vllm/model_executor/models/config.py ``MambaModelConfig.
+    verify_and_update_config`` (hybrids inherit it through HybridAttentionMambaModelConfig):
+    with ``cache_config.enable_prefix_caching`` it sets mamba_cache_mode "align" and
+    mamba_block_size = the cache block size; without, "none" and mamba_block_size =
+    max_model_len. Pure Mamba and hybrids alike: prefix caching is *resolved* first
+    (:func:`servefit.core.plan_settings.default_prefix_caching`), so a pure Mamba is
+    "align" only with an explicit ``--enable-prefix-caching``."""
+    has_state = bool(spec.mixer_kinds & {MixerKind.LINEAR_ATTENTION, MixerKind.MAMBA})
+    if has_state and r.enable_prefix_caching and behaviour.has_hybrid_prefix_caching:
+        return CacheMode.ALIGN
+    return CacheMode.NONE
+
+
 def _cache_settings(
     spec: ModelSpec,
     gpu: GpuSpec,
@@ -122,21 +141,12 @@ def _cache_settings(
     sparse = spec.is_sparse_mla
     if sparse:
         mla_block = SPARSE_MLA_BLOCK_SIZE
-    # Attention-free models (pure Mamba) default to no prefix caching in vLLM 0.32
-    # (ModelConfig.is_prefix_caching_supported is False for "attention_free"): one state
-    # block per request, and MambaModelConfig sets mamba_block_size to max_model_len.
-    has_state = bool(spec.mixer_kinds & {MixerKind.LINEAR_ATTENTION, MixerKind.MAMBA})
-    has_state = has_state and spec.is_hybrid
     return CacheSettings(
         tp=r.tensor_parallel_size,
         kv_cache_dtype=r.kv_cache_dtype,
         block_size=r.block_size or None,
         mamba_ssm_dtype=mamba_ssm_dtype,
-        cache_mode=(
-            CacheMode.ALIGN
-            if has_state and r.enable_prefix_caching and behaviour.has_hybrid_prefix_caching
-            else CacheMode.NONE
-        ),
+        cache_mode=state_cache_mode(spec, r, behaviour),
         mla_block_size=mla_block,
         kernel_block_size=kernel_block_size,
         mamba2_checkpoint_blocks=1 if behaviour.has_mamba2_checkpoint_block else 0,
@@ -219,14 +229,15 @@ def plan_capacity(
     # every worker allocates the same number of blocks: the smallest wins
     blocks, _, memory, layout = min(per_stage, key=lambda item: (item[0], item[1]))
 
-    # pure Mamba: MambaModelConfig makes max_model_len the block (one per request)
-    attention_free = not (spec.mixer_kinds - {MixerKind.MAMBA, MixerKind.LINEAR_ATTENTION})
+    # pure Mamba without prefix caching: MambaModelConfig.verify_and_update_config makes
+    # max_model_len the block (one per request); with it ("align"), the cache block size
+    one_block_a_request = is_attention_free(spec) and cache.cache_mode is CacheMode.NONE
     if layout.groups:  # the block size vLLM settles on (hybrids raise it)
-        block = r.max_model_len if attention_free else layout.min_block_size
+        block = r.max_model_len if one_block_a_request else layout.min_block_size
         r, _ = resolve_settings(spec, gpu, settings, block_size=block)
     mnbt = r.max_num_batched_tokens
     concurrency = max_concurrency(layout, blocks, r.max_model_len, mnbt) if layout.groups else 0.0
-    if behaviour.is_token_count_from_concurrency or attention_free:
+    if behaviour.is_token_count_from_concurrency or one_block_a_request:
         tokens = int(concurrency * r.max_model_len)
     else:
         tokens = kv_cache_tokens(layout, blocks)

@@ -15,7 +15,7 @@ from servefit.core import engine
 from servefit.core.hardware import GpuSpec
 from servefit.core.kv_cache import KvLayout
 from servefit.core.memory import MemoryBreakdown
-from servefit.core.model_spec import ModelSpec
+from servefit.core.model_spec import MixerKind, ModelSpec
 from servefit.core.quant import QuantSpec, fp8_per_tensor
 from servefit.core.weights import ParamCounts
 from servefit.errors import InvalidArgumentError
@@ -74,7 +74,9 @@ class ServeSettings:
     block_size: int | None = None
     # --mamba-ssm-cache-dtype: auto = the architecture's hook (hf_config.state_dtype)
     mamba_ssm_cache_dtype: str = "auto"
-    enable_prefix_caching: bool = True  # vLLM V1 enables it by default
+    # --enable-prefix-caching / --no-enable-prefix-caching; None = vLLM's default for the
+    # model (:func:`default_prefix_caching`: off for attention-free models, on otherwise)
+    enable_prefix_caching: bool | None = None
     enforce_eager: bool = False
     vllm_version: str = engine.DEFAULT_VLLM_VERSION
     concurrency: int | None = None  # the user's target: concurrent requests
@@ -138,7 +140,7 @@ class ResolvedSettings:
     gpu_memory_utilization: float
     kv_cache_dtype: str
     block_size: int  # the attention block size after hybrid inflation
-    enable_prefix_caching: bool
+    enable_prefix_caching: bool  # as vLLM resolves it (the default per model filled in)
     enforce_eager: bool
     vllm_version: str
     concurrency: int
@@ -188,6 +190,30 @@ class CapacityPlan:
         return self.starts and self.meets_target
 
 
+def is_attention_free(spec: ModelSpec) -> bool:
+    """No attention layer at all: only Mamba / linear-attention state (pure Mamba). vLLM
+    calls the model's attn_type "attention_free" (vllm/config/model.py ModelConfig.attn_type,
+    from the model class's IsAttentionFree interface)."""
+    return not spec.mixer_kinds - {MixerKind.MAMBA, MixerKind.LINEAR_ATTENTION}
+
+
+def default_prefix_caching(spec: ModelSpec) -> bool:
+    """vLLM's ``enable_prefix_caching`` when the flag is not given.
+
+    vLLM 0.32 leaves ``EngineArgs.enable_prefix_caching`` None unless given
+    (vllm/engine/arg_utils.py), then ``EngineArgs._set_default_chunked_prefill_and_prefix_
+    caching_args`` sets it to ``ModelConfig.is_prefix_caching_supported``
+    (vllm/config/model.py): False for an "attention_free" generative model ("the feature is
+    still experimental"), True for "decoder" and "hybrid" ones. A flag given either way is
+    kept as given: an explicit ``--enable-prefix-caching`` on a pure Mamba stays on."""
+    return not is_attention_free(spec)
+
+
+def resolve_prefix_caching(spec: ModelSpec, asked: bool | None) -> bool:
+    """The user's ``--[no-]enable-prefix-caching`` when given, else vLLM's default."""
+    return default_prefix_caching(spec) if asked is None else asked
+
+
 def resolve_settings(
     spec: ModelSpec, gpu: GpuSpec, s: ServeSettings, *, block_size: int = 0
 ) -> tuple[ResolvedSettings, engine.VllmBehaviour]:
@@ -212,7 +238,7 @@ def resolve_settings(
         gpu_memory_utilization=s.gpu_memory_utilization or behaviour.default_gpu_memory_utilization,
         kv_cache_dtype=s.kv_cache_dtype,
         block_size=block_size or s.block_size or 0,
-        enable_prefix_caching=s.enable_prefix_caching,
+        enable_prefix_caching=resolve_prefix_caching(spec, s.enable_prefix_caching),
         enforce_eager=s.enforce_eager,
         vllm_version=behaviour.version,
         concurrency=s.concurrency or 1,

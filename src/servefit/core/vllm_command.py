@@ -49,8 +49,12 @@ def vllm_serve_args(
         args += ["--block-size", str(asked.block_size)]
     if asked.mamba_ssm_cache_dtype != "auto":
         args += ["--mamba-ssm-cache-dtype", asked.mamba_ssm_cache_dtype]
-    if not r.enable_prefix_caching:
-        args += ["--no-enable-prefix-caching"]
+    # the user's --[no-]enable-prefix-caching as given (vLLM's default differs by model:
+    # off for attention-free ones, plan_settings.default_prefix_caching); off is always
+    # spelled out
+    if asked.enable_prefix_caching is not None or not r.enable_prefix_caching:
+        on = r.enable_prefix_caching
+        args += ["--enable-prefix-caching" if on else "--no-enable-prefix-caching"]
     if r.enforce_eager:
         args += ["--enforce-eager"]
     return [*args, *extra_args]

@@ -105,7 +105,7 @@ class LlamaCppEngine:
             gpu_memory_utilization=fraction,
             kv_cache_dtype=settings.kv_cache_dtype,
             block_size=layout.min_block_size if layout.groups else CTX_PAD_TOKENS,
-            enable_prefix_caching=settings.enable_prefix_caching,  # --cache-prompt
+            enable_prefix_caching=settings.enable_prefix_caching is not False,  # --cache-prompt
             enforce_eager=True,  # no graph memory pool is reserved up front
             vllm_version="",
             concurrency=settings.concurrency or 1,

@@ -101,7 +101,8 @@ class MlxEngine:
             gpu_memory_utilization=fraction,
             kv_cache_dtype="auto",
             block_size=layout.min_block_size if layout.groups else KV_STEP_TOKENS,
-            enable_prefix_caching=settings.enable_prefix_caching,  # mlx_lm.server prompt cache
+            # mlx_lm.server keeps its prompt cache unless told not to
+            enable_prefix_caching=settings.enable_prefix_caching is not False,
             enforce_eager=True,  # MLX captures no graphs
             vllm_version="",
             concurrency=settings.concurrency or 1,
