@@ -89,6 +89,9 @@ def test_explicit_prefix_caching_on_a_pure_mamba_plans_as_the_engine_logged():
     assert plan.max_concurrency == pytest.approx(15_307 / 3, rel=1e-12)
     assert f"{plan.max_concurrency:.2f}" == "5102.33"
     assert plan.kv_cache_tokens == 20_899_157 == int(15_307 / 3 * MODEL_LEN)
+    # cache_config_info's block_size 16 (the CPU platform's 128 comes after the Mamba block
+    # is fixed)
+    assert plan.settings.block_size == 16
 
 
 @pytest.mark.parametrize("prefix_caching", [None, False], ids=["no-flag", "explicit-off"])

@@ -44,6 +44,7 @@ from servefit.core.engines import unified_memory as um
 from servefit.core.hardware import GpuSpec
 from servefit.core.model_spec import LinearAttentionSpec, MixerKind, MlaSpec, ModelSpec
 from servefit.core.plan import CapacityPlan, ServeSettings, apply_load_options, plan_capacity
+from servefit.core.plan_settings import is_attention_free
 from servefit.core.vllm_command import vllm_serve_args
 from servefit.core.weights import weight_bytes
 from servefit.units import GIB_BYTES
@@ -52,6 +53,7 @@ CPU_VENDOR = "cpu"
 LABEL = "vLLM CPU"
 KVCACHE_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"  # whole GiB (vllm/platforms/cpu.py: int(...))
 CPU_BLOCK_SIZE = 128  # vllm/platforms/cpu.py: default when --block-size is not given
+CACHE_CONFIG_BLOCK_SIZE = 16  # vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE
 CPU_MLA_BLOCK_SIZE = 16  # "The CPU MLA decode kernel only compiles with block_size=16"
 # The smallest block each CPU attention kernel takes (vLLM 0.32, get_supported_kernel_block_
 # sizes): vllm/v1/attention/backends/cpu_attn.py [MultipleOf(32)], mla/cpu_mla.py [16]
@@ -105,6 +107,12 @@ def cpu_block_size(spec: ModelSpec, settings: ServeSettings) -> int:
     """The block size vLLM's CPU platform settles on (before the hybrid raise)."""
     if any(isinstance(layer.mixer, MlaSpec) for layer in spec.layers):
         return CPU_MLA_BLOCK_SIZE  # forced, whatever --block-size says
+    if is_attention_free(spec):
+        # A pure Mamba's block is fixed by MambaModelConfig.verify_and_update_config
+        # (mamba_block_size = cache_config.block_size, CacheConfig's 16, with prefix caching;
+        # max_model_len without) before the CPU platform would raise it to 128: vLLM 0.32
+        # CPU logged block_size 16 for the tiny Mamba-2 with --enable-prefix-caching.
+        return settings.block_size or CACHE_CONFIG_BLOCK_SIZE
     return settings.block_size or CPU_BLOCK_SIZE
 
 
