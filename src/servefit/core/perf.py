@@ -37,11 +37,11 @@ from servefit.core.plan import CapacityPlan
 from servefit.core.roofline import (
     Bound,
     EfficiencyProfile,
-    StepTime,
     kernel_dtype,
     step_time,
 )
 from servefit.core.serving import LoadResult, ServingLimits, simulate
+from servefit.core.step_timer import compile_step_timer
 from servefit.core.workload import Slo, Workload
 from servefit.core.workload import fixed_workload as fixed_workload
 from servefit.errors import InvalidArgumentError
@@ -132,6 +132,7 @@ def prefill_time_s(
     chunk_tokens: int,
 ) -> float:
     """A prompt alone on the server: chunks of ``chunk_tokens`` one after another."""
+    timer = make_timer(m, gpu, profile)
     seconds = 0.0
     done = 0
     while done < new_tokens:
@@ -140,7 +141,7 @@ def prefill_time_s(
             prefill_chunks=((n, cached_tokens + done),),
             num_finishing_prefills=1 if done + n >= new_tokens else 0,
         )
-        seconds += step_time(m, shape, gpu, profile).time_s
+        seconds += timer(shape).time_s
         done += n
     return seconds
 
@@ -149,13 +150,9 @@ def prefill_time_s(
 def make_timer(m: ModelCoeffs, gpu: GpuSpec, profile: EfficiencyProfile):
     """The step timer of one model layout on one device, shared by every simulation of it
     (a plan's load and its curve points, a search's bisection): a step shape seen before is
-    not timed again (about half of a plan's steps repeat across its curve)."""
-
-    @lru_cache(maxsize=8192)
-    def timer(shape: StepShape) -> StepTime:
-        return step_time(m, shape, gpu, profile)
-
-    return timer
+    not timed again (about half of a plan's steps repeat across its curve). The times are
+    ``step_time``'s, bit for bit, computed without building the rows (:mod:`.step_timer`)."""
+    return lru_cache(maxsize=8192)(compile_step_timer(m, gpu, profile))
 
 
 def serving_limits(plan: CapacityPlan) -> ServingLimits:
@@ -281,7 +278,7 @@ def plan_performance(
             reuse_block_tokens=serving_limits(plan).block_size if r.enable_prefix_caching else 0,
             prefill_s=lambda new, cached: prefill_time_s(m, gpu, profile, new, cached, chunk),
             decode_s=lambda n, context: (
-                n * step_time(m, decode_step(1, context + n // 2), gpu, profile).time_s
+                n * make_timer(m, gpu, profile)(decode_step(1, context + n // 2)).time_s
             ),
             is_hybrid=spec.is_hybrid,
             has_hybrid_prefix_caching=plan.behaviour.has_hybrid_prefix_caching,
