@@ -66,7 +66,7 @@ class StepShape:
     )
 
     def __post_init__(self) -> None:
-        if any(c < 0 for c in self.decode_contexts):
+        if self.decode_contexts and min(self.decode_contexts) < 0:  # min(): in C, per step
             raise InvalidArgumentError("decode contexts must be >= 0")
         if any(n <= 0 or c < 0 for n, c in self.prefill_chunks):
             raise InvalidArgumentError("prefill chunks need > 0 new tokens and >= 0 cached")

@@ -17,6 +17,11 @@ from servefit.core.workload import SessionSpec, Workload
 
 # Fast-forward at most this many decode steps at once, so context growth is tracked.
 MAX_STEPS_PER_JUMP = 256
+# the bounds' names, looked up once (an enum member's .value is a descriptor call per step)
+_COMPUTE = Bound.COMPUTE.value
+_MEMORY = Bound.MEMORY.value
+_INTERCONNECT = Bound.INTERCONNECT.value
+_OVERHEAD = Bound.OVERHEAD.value
 
 
 class _Req:
@@ -164,10 +169,10 @@ class Simulation:
         budget = self.limits.max_num_batched_tokens
         decodes: list[_Req] = []
         chunks: list[tuple[_Req, int]] = []
-        for r in self.running:
+        for r in self.running:  # r.prefilling, inlined: the hot loop
             if budget <= 0:
                 break
-            if r.prefilling:
+            if r.computed < r.prompt:
                 n = min(r.prompt - r.computed, budget)
                 chunks.append((r, n))
                 budget -= n
@@ -236,22 +241,20 @@ class Simulation:
         else:
             self.in_flight -= 1
 
-    def prefill_part_s(
-        self, st: StepTime, decodes: list[_Req], chunks: list[tuple[_Req, int]], finishing: int
-    ) -> float:
+    def prefill_part_s(self, st: StepTime, shape: StepShape) -> float:
         """Of one step, the prefill work's time: all of a prefill-only step, a share of a
         mixed one in proportion to each part's stand-alone time."""
-        if not chunks:
+        if not shape.prefill_chunks:
             return 0.0
-        if not decodes:
+        if not shape.decode_contexts:
             return st.time_s
         alone_p = self.timer(
             StepShape(
-                prefill_chunks=tuple((n, r.computed) for r, n in chunks),
-                num_finishing_prefills=finishing,
+                prefill_chunks=shape.prefill_chunks,
+                num_finishing_prefills=shape.num_finishing_prefills,
             )
         ).time_s
-        alone_d = self.timer(StepShape(decode_contexts=tuple(r.length for r in decodes))).time_s
+        alone_d = self.timer(StepShape(decode_contexts=shape.decode_contexts)).time_s
         both = alone_p + alone_d
         return st.time_s * alone_p / both if both > 0 else 0.0
 
@@ -262,13 +265,14 @@ class Simulation:
         self.max_batch = max(self.max_batch, batch)
         if kv_blocked:
             self.kv_blocked_s += dt
+        by_bound = self.by_bound
         for name, value in (
-            (Bound.COMPUTE, st.compute_s),
-            (Bound.MEMORY, st.memory_s),
-            (Bound.INTERCONNECT, st.comm_s),
-            (Bound.OVERHEAD, st.overhead_s),
+            (_COMPUTE, st.compute_s),
+            (_MEMORY, st.memory_s),
+            (_INTERCONNECT, st.comm_s),
+            (_OVERHEAD, st.overhead_s),
         ):
-            self.by_bound[name.value] = self.by_bound.get(name.value, 0.0) + value * steps
+            by_bound[name] = by_bound.get(name, 0.0) + value * steps
 
     def run(self) -> None:
         total = self.num_requests
@@ -289,14 +293,15 @@ class Simulation:
                 continue
             finishing = sum(1 for r, n in chunks if r.computed + n >= r.prompt)
             shape = StepShape(
-                decode_contexts=tuple(r.length for r in decodes),
-                prefill_chunks=tuple((n, r.computed) for r, n in chunks),
+                decode_contexts=tuple([r.computed for r in decodes]),
+                prefill_chunks=tuple([(n, r.computed) for r, n in chunks]),
                 num_finishing_prefills=finishing,
             )
             st = self.timer(shape)
             self.t += st.time_s
             self.account(st, len(decodes) + len(chunks), 1, kv_blocked)
-            self.prefill_s += self.prefill_part_s(st, decodes, chunks, finishing)
+            self.prefill_s += self.prefill_part_s(st, shape)
+            table = self.table
             for r, n in chunks:
                 self.set_computed(r, r.computed + n)
                 if r.computed >= r.prompt:
@@ -307,8 +312,10 @@ class Simulation:
                         self.prefix_ready = True
                     if r.generated >= r.spec.output_len:
                         self.finish(r)
-            for r in decodes:
-                self.set_computed(r, r.computed + 1)
+            for r in decodes:  # set_computed(r, r.computed + 1), inlined: the hot loop
+                c = r.computed
+                self.used += table[c + 1] - table[c]
+                r.computed = c + 1
                 r.generated += 1
                 if r.generated >= r.spec.output_len:
                     self.finish(r)
@@ -318,7 +325,7 @@ class Simulation:
             return False
         if self.used + self.growth_blocks(decodes, []) > self.limits.num_kv_blocks:
             return False  # the next step preempts: take it step by step
-        return all(not r.prefilling for r in self.running)
+        return all(r.computed >= r.prompt for r in self.running)  # none prefilling
 
     def jump(self, decodes: list[_Req], kv_blocked: bool) -> None:
         steps = min(r.spec.output_len - r.generated for r in decodes)
@@ -331,15 +338,18 @@ class Simulation:
             while steps > 1 and sum(t[r.computed + steps] - t[r.computed] for r in decodes) > free:
                 steps //= 2
         mid = (steps - 1) // 2
-        shape = StepShape(decode_contexts=tuple(r.length + mid for r in decodes))
+        shape = StepShape(decode_contexts=tuple([r.computed + mid for r in decodes]))
         st = self.timer(shape)
         arrival = self.next_arrival_s()
         if arrival is not None and self.t + steps * st.time_s > arrival:
             steps = max(1, int((arrival - self.t) / st.time_s) + 1)
         self.t += steps * st.time_s
         self.account(st, len(decodes), steps, kv_blocked)
-        for r in decodes:
-            self.set_computed(r, r.computed + steps)
+        t = self.table
+        for r in decodes:  # set_computed(r, r.computed + steps), inlined
+            c = r.computed
+            self.used += t[c + steps] - t[c]
+            r.computed = c + steps
             r.generated += steps
         for r in [r for r in decodes if r.generated >= r.spec.output_len]:
             self.finish(r)
