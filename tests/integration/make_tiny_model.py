@@ -45,6 +45,13 @@ are vLLM dependencies; servefit's own environment does not have them)::
   ``layer_types``: 3 Mamba-2 (the ``mamba2`` arch's shape) and 1 attention (4 query / 2 KV
   heads of 32 dims, no positional encoding); every layer's MLP a 4-expert MoE (top-2,
   64-wide) plus a 64-wide shared MLP; tied embeddings.
+* ``gemma4``: ``Gemma4ForCausalLM`` (model_type ``gemma4_text``), 5 layers per
+  ``layer_types`` (sliding, sliding, full, sliding, full; window 64): sliding layers have 2 KV
+  heads of 32 dims, full layers 1 KV head of 128 (``global_head_dim``,
+  ``num_global_key_value_heads``) with K = V (``attention_k_eq_v``: no v_proj); the last 2
+  layers (``num_kv_shared_layers``) keep no cache of their own (they read layers 1 and 2's)
+  and have a double-wide MLP (``use_double_wide_mlp``); per-layer input embeddings of 16
+  dims a layer (``hidden_size_per_layer_input``) over the whole vocabulary; tied embeddings.
 
 The checkpoint is bfloat16 (``--dtype float32`` writes a float32 one). vLLM's CPU backend
 runs bf16, fp16 and fp32 (head size 32 is supported), bf16 included on AVX2-only hosts. Do not
@@ -167,7 +174,29 @@ HYBRID_CONV_KERNEL = 4
 MAMBA2_NUM_HEADS = 4
 MAMBA2_HEAD_DIM = 64
 MAMBA2_STATE_SIZE = 64
-ARCHS = ("llama", "moe", "sliding", "hybrid", "mamba2", "falcon_h1", "granite_hybrid", "nas")
+# --arch gemma4: both layer kinds, KV sharing, K = V on full layers, per-layer inputs
+GEMMA4_LAYER_TYPES = [
+    "sliding_attention",
+    "sliding_attention",
+    "full_attention",
+    "sliding_attention",
+    "full_attention",
+]
+GEMMA4_KV_SHARED_LAYERS = 2
+GEMMA4_GLOBAL_HEAD_DIM = 128
+GEMMA4_GLOBAL_KV_HEADS = 1
+GEMMA4_PER_LAYER_INPUT = 16
+ARCHS = (
+    "llama",
+    "moe",
+    "sliding",
+    "hybrid",
+    "mamba2",
+    "falcon_h1",
+    "granite_hybrid",
+    "nas",
+    "gemma4",
+)
 
 
 def _special_ids(tokenizer) -> dict:
@@ -346,6 +375,34 @@ def _granite_hybrid_model(tokenizer, dtype: str):
     return GraniteMoeHybridForCausalLM(config)
 
 
+def _gemma4_model(tokenizer, dtype: str):
+    from transformers import Gemma4ForCausalLM, Gemma4TextConfig
+
+    config = Gemma4TextConfig(
+        vocab_size=len(tokenizer),
+        vocab_size_per_layer_input=len(tokenizer),
+        hidden_size_per_layer_input=GEMMA4_PER_LAYER_INPUT,
+        hidden_size=HIDDEN_SIZE,
+        intermediate_size=INTERMEDIATE_SIZE,
+        num_hidden_layers=len(GEMMA4_LAYER_TYPES),
+        layer_types=GEMMA4_LAYER_TYPES,
+        num_attention_heads=NUM_HEADS,
+        num_key_value_heads=NUM_KV_HEADS,
+        head_dim=HIDDEN_SIZE // NUM_HEADS,
+        global_head_dim=GEMMA4_GLOBAL_HEAD_DIM,
+        num_global_key_value_heads=GEMMA4_GLOBAL_KV_HEADS,
+        attention_k_eq_v=True,
+        num_kv_shared_layers=GEMMA4_KV_SHARED_LAYERS,
+        use_double_wide_mlp=True,
+        sliding_window=SLIDING_WINDOW,
+        max_position_embeddings=MAX_POSITION_EMBEDDINGS,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        **_special_ids(tokenizer),
+    )
+    return Gemma4ForCausalLM(config)
+
+
 def build_model(out_dir: Path, tokenizer, dtype: str = DTYPE, arch: str = "llama") -> dict:
     if arch != "llama":
         return _build_other_model(out_dir, tokenizer, dtype, arch)
@@ -409,6 +466,7 @@ def _build_other_model(out_dir: Path, tokenizer, dtype: str, arch: str) -> dict:
         "mamba2": _mamba2_model,
         "falcon_h1": _falcon_h1_model,
         "granite_hybrid": _granite_hybrid_model,
+        "gemma4": _gemma4_model,
     }
     if arch not in makers:
         raise ValueError(f"unknown arch {arch!r}; choose from {', '.join(ARCHS)}")

@@ -245,7 +245,6 @@ def test_nas_blocks_vllm_does_not_build_are_refused(attention, field):
         ("kimi_linear", "KimiLinearForCausalLM", "Kimi Delta Attention"),
         ("gemma3n_text", "Gemma3nForCausalLM", "num_kv_shared_layers"),
         ("gemma3n", "Gemma3nForConditionalGeneration", "num_kv_shared_layers"),
-        ("gemma4_text", "Gemma4ForCausalLM", "KV sharing"),
     ],
 )
 def test_families_not_planned_are_refused_by_name(model_type, architecture, why):

@@ -45,6 +45,7 @@ from servefit.core.hf_fields import (
     show,
     text_and_vision,
 )
+from servefit.core.hf_gemma4 import parse_gemma4
 from servefit.core.hf_hybrid import NEMOTRON_H_SYMBOLS as NEMOTRON_H_SYMBOLS
 from servefit.core.hf_hybrid import parse_jamba, parse_nemotron_h, parse_qwen_hybrid
 from servefit.core.hf_nas import parse_nemotron_nas
@@ -80,6 +81,7 @@ _FAMILIES: dict[str, Callable[[Fields, str], ModelSpec]] = {
         parse_standard,
     ),
     **dict.fromkeys(("gemma", "gemma2", "gemma3", "gemma3_text"), parse_gemma),
+    **dict.fromkeys(("gemma4", "gemma4_text"), parse_gemma4),
     "qwen2_moe": parse_qwen_moe,
     "qwen3_moe": parse_qwen_moe,
     "qwen3_vl_moe_text": parse_qwen_moe,
@@ -125,18 +127,18 @@ _GEMMA3N = (
     "0.32 model_executor/models/gemma3n.py kv_sharing_target_layer_name), and its AltUp, "
     "Laurel and per-layer-embedding weights are not modelled; servefit does not plan it yet"
 )
-_GEMMA4 = (
-    "Gemma 4 (Gemma4ForCausalLM): vLLM 0.32 serves it with KV sharing across its last "
-    "num_kv_shared_layers layers (model_executor/models/gemma4.py); servefit does not "
-    "model shared-KV layers yet"
-)
 REFUSED_MODEL_TYPES: dict[str, str] = {
     "kimi_linear": _KIMI_LINEAR,
     "gemma3n": _GEMMA3N,
     "gemma3n_text": _GEMMA3N,
-    "gemma4": _GEMMA4,
-    "gemma4_text": _GEMMA4,
 }
+# Multimodal Gemma 4 (E2B, E4B, 12B): vLLM 0.32 gemma4_mm.py builds a conformer audio tower
+# whose weights servefit does not count; the text and vision parts alone would under-count
+AUDIO_TOWER_REFUSAL = (
+    "its audio_config describes an audio tower (a conformer) that vLLM 0.32 loads "
+    "(model_executor/models/gemma4_mm.py) and servefit does not size yet; plan the text "
+    "model (its text_config alone, or audio_config removed) and add the tower's weights"
+)
 
 
 def _vision_params(v: Config, text_hidden: int, where: str) -> VisionSpec:
@@ -201,6 +203,11 @@ def spec_from_hf_config(
             f"(architecture {architecture or 'unknown'}) is not one servefit understands{detail}. "
             f"Supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}."
         )
+    if config.get("audio_config") is not None:
+        raise UnsupportedArchitectureError(
+            f"{name}: model_type {model_type!r} (architecture {architecture or 'unknown'}): "
+            f"{AUDIO_TOWER_REFUSAL}. Refusing rather than guessing."
+        )
     fields = Fields(text, where=name)
     spec = parser(fields, name)
     leftover = fields.unconsumed_structural()
@@ -235,6 +242,8 @@ def spec_from_hf_config(
         naming=spec.naming,
         rope_cache_positions=spec.rope_cache_positions,
         rope_cache_dims=spec.rope_cache_dims,
+        per_layer_input_size=spec.per_layer_input_size,
+        per_layer_input_vocab_size=spec.per_layer_input_vocab_size,
     )
     _check_size(model)
     return model

@@ -18,6 +18,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+# `X as X`: re-exported, so ``servefit.core.hf_fields.<name>`` keeps working
+from servefit.core.hf_defaults import FAMILY_DEFAULTS as FAMILY_DEFAULTS
+from servefit.core.hf_defaults import STRUCTURAL_FIELDS as STRUCTURAL_FIELDS
 from servefit.core.hf_values import GENERIC, Limit, checked_fraction, show
 from servefit.core.hf_values import checked_int as _checked_int
 from servefit.core.model_spec import (
@@ -32,71 +35,6 @@ from servefit.errors import ConfigError
 from servefit.units import DTYPE_BYTES
 
 Config = Mapping[str, Any]
-
-# Fields that change the shape of a model. A parser must consume every one present, or the
-# config is rejected: an MoE or hybrid field we ignore would silently mis-size the model.
-STRUCTURAL_FIELDS = frozenset(
-    {
-        "num_experts",
-        "num_local_experts",
-        "n_routed_experts",
-        "moe_intermediate_size",
-        "num_experts_per_tok",
-        "experts_per_token",
-        "n_shared_experts",
-        "shared_expert_intermediate_size",
-        "first_k_dense_replace",
-        "moe_layer_freq",
-        "decoder_sparse_step",
-        "mlp_only_layers",
-        "kv_lora_rank",
-        "q_lora_rank",
-        "qk_rope_head_dim",
-        "qk_nope_head_dim",
-        "v_head_dim",
-        "layer_types",
-        "full_attention_interval",
-        "linear_num_value_heads",
-        "linear_num_key_heads",
-        "linear_key_head_dim",
-        "linear_value_head_dim",
-        "linear_conv_kernel_dim",
-        "hybrid_override_pattern",
-        "attn_layer_period",
-        "attn_layer_offset",
-        "expert_layer_period",
-        "expert_layer_offset",
-        "mamba_d_state",
-        "mamba_d_conv",
-        "mamba_expand",
-        "mamba_dt_rank",
-        "mamba_num_heads",
-        "mamba_head_dim",
-        "ssm_state_size",
-        "sliding_window_pattern",
-        "attention_chunk_size",
-        "interleave_moe_layer_step",
-        "num_nextn_predict_layers",
-        "mtp_num_hidden_layers",
-        "block_configs",
-        "attn_output_gate",
-        "mamba_ssm_dtype",
-        "mamba_ssm_cache_dtype",
-        "state_size",
-        "mamba_n_heads",
-        "mamba_n_groups",
-        "index_topk",  # DeepSeek sparse attention; the other index_* fields follow it
-    }
-)
-
-
-# Fields a family's transformers config class defaults when config.json omits them.
-FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
-    # transformers Gemma3TextConfig defaults (vocab 262,208; 5 local : 1 global)
-    "gemma3_text": {"vocab_size": 262_208, "hidden_activation": "gelu_pytorch_tanh"},
-    "gemma3": {"vocab_size": 262_208, "hidden_activation": "gelu_pytorch_tanh"},
-}
-
 
 _MAX_LAYERS = 1_000
 LAYERS = Limit(1, _MAX_LAYERS, "the deepest published LLM has 126 layers (Llama 3.1 405B)")
@@ -138,6 +76,7 @@ FIELD_LIMITS: dict[str, Limit] = {
             "expert_layer_offset",
             "max_window_layers",
             "num_nextn_predict_layers",
+            "num_kv_shared_layers",
             "mtp_num_hidden_layers",
         ),
         LAYER_INDEX,
@@ -155,6 +94,7 @@ FIELD_LIMITS: dict[str, Limit] = {
         PERIOD,
     ),
     **dict.fromkeys(("hidden_size", "embed_dim", "out_hidden_size"), WIDTH),
+    "hidden_size_per_layer_input": Limit(0, 2**17, "Gemma 4: 256 a layer; 0 means none"),
     **dict.fromkeys(
         ("intermediate_size", "moe_intermediate_size", "intermediate_size_mlp", "mamba_d_ssm"),
         MLP_WIDTH,
@@ -172,6 +112,7 @@ FIELD_LIMITS: dict[str, Limit] = {
             "mamba_num_heads",
             "mamba_n_heads",
             "num_heads",
+            "num_global_key_value_heads",
         ),
         HEADS,
     ),
@@ -186,6 +127,7 @@ FIELD_LIMITS: dict[str, Limit] = {
             "mamba_head_dim",
             "mamba_d_head",
             "attn_rotary_emb",
+            "global_head_dim",
         ),
         HEAD_DIM,
     ),
@@ -195,9 +137,11 @@ FIELD_LIMITS: dict[str, Limit] = {
     **dict.fromkeys(("linear_conv_kernel_dim", "mamba_d_conv", "conv_kernel"), KERNEL),
     **dict.fromkeys(("mamba_expand", "expand"), EXPAND),
     **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts"), EXPERTS),
-    **dict.fromkeys(("num_experts_per_tok", "experts_per_token"), EXPERTS_PER_TOKEN),
+    **dict.fromkeys(
+        ("num_experts_per_tok", "experts_per_token", "top_k_experts"), EXPERTS_PER_TOKEN
+    ),
     "n_shared_experts": SHARED_EXPERTS,
-    "vocab_size": VOCAB,
+    **dict.fromkeys(("vocab_size", "vocab_size_per_layer_input"), VOCAB),
     **dict.fromkeys(("max_position_embeddings", "attention_chunk_size", "index_topk"), CONTEXT),
     "sliding_window": CONTEXT_OR_0,
     **dict.fromkeys(("n_groups", "mamba_n_groups"), GROUPS),

@@ -155,6 +155,10 @@ def hybrid_block_size(
     return max(block_size, raised)
 
 
+def _reads_shared_kv(mixer: object) -> bool:
+    return isinstance(mixer, AttentionSpec) and mixer.shares_kv_cache
+
+
 @lru_cache(maxsize=1024)
 def layer_specs(spec: ModelSpec, layers: range | None, s: CacheSettings) -> tuple[KvLayerSpec, ...]:
     """One :class:`KvLayerSpec` per layer that keeps state, for the layers of one stage."""
@@ -162,8 +166,12 @@ def layer_specs(spec: ModelSpec, layers: range | None, s: CacheSettings) -> tupl
     model_bytes = dtype_bytes(spec.dtype)
     ssm_bytes = dtype_bytes(s.mamba_ssm_dtype) if s.mamba_ssm_dtype else model_bytes
     indices = layers if layers is not None else range(spec.num_layers)
-    # a layer with two mixers (Falcon-H1) registers two cache layers, as vLLM does
-    mixers = [m for i in indices for m in spec.layers[i].mixers]
+    # a layer with two mixers (Falcon-H1) registers two cache layers, as vLLM does; a layer
+    # that reads another's KV cache (Gemma 4's last num_kv_shared_layers) registers none:
+    # vLLM 0.32 gpu_model_runner.py get_kv_cache_spec skips every Attention with a
+    # kv_sharing_target_layer_name ("KV cache management logic will act as this layer does
+    # not exist"), so it is in no KV-cache group and costs no page
+    mixers = [m for i in indices for m in spec.layers[i].mixers if not _reads_shared_kv(m)]
 
     attention_token_bytes = [
         attention_bytes_per_token(m, s.tp, kv_bytes) for m in mixers if isinstance(m, AttentionSpec)

@@ -52,6 +52,12 @@ class AttentionSpec:
     has_qk_norm: bool = False
     has_sinks: bool = False  # gpt-oss: one learned sink logit per head
     attention_chunk_tokens: int | None = None  # Llama 4 chunked local attention (iRoPE)
+    # Gemma 4: the layer reads an earlier layer's KV cache (vLLM's
+    # kv_sharing_target_layer_name) and keeps none of its own: no K/V projections, no k_norm
+    shares_kv_cache: bool = False
+    # Gemma 4 attention_k_eq_v: the values are the keys. The checkpoint has no v_proj; vLLM
+    # loads k_proj into both the K and V slots of qkv_proj, and the cache keeps K and V
+    is_k_eq_v: bool = False
 
     def __post_init__(self) -> None:
         _require_positive(
@@ -226,6 +232,8 @@ class MoeSpec:
     has_expert_bias: bool = False  # gpt-oss
     has_router_bias: bool = False  # gpt-oss
     has_score_correction_bias: bool = False  # DeepSeek-V3 noaux_tc
+    # Gemma 4's router: a per-dimension input scale and a per-expert output scale
+    has_router_scales: bool = False
 
     def __post_init__(self) -> None:
         _require_positive(
@@ -254,6 +262,7 @@ class LayerSpec:
     # Falcon-H1: a second mixer on the same input, its output summed with the first's
     # (attention and Mamba-2 in parallel in every layer); it keeps its own cache
     parallel_mixer: Mixer | None = None
+    has_layer_scalar: bool = False  # Gemma 4: one learned output scale, in the checkpoint
 
     @property
     def mixers(self) -> tuple[Mixer, ...]:
@@ -291,6 +300,11 @@ class ModelSpec:
     # configuration (vllm/model_executor/layers/rotary_embedding): memory on every GPU.
     rope_cache_positions: int = 0
     rope_cache_dims: tuple[int, ...] = ()
+    # Gemma 4's per-layer inputs (PLE): a second embedding table of
+    # per_layer_input_vocab_size x (num_layers x per_layer_input_size), its projection from
+    # the hidden state, and in every layer a gate and a projection back (0: none)
+    per_layer_input_size: int = 0
+    per_layer_input_vocab_size: int = 0
     _hash: int = field(init=False, repr=False, compare=False, hash=False)
     _kinds: frozenset[MixerKind] = field(init=False, repr=False, compare=False, hash=False)
     _sparse: bool = field(init=False, repr=False, compare=False, hash=False)
@@ -299,6 +313,9 @@ class ModelSpec:
         _require_positive(self.name, hidden_size=self.hidden_size, vocab_size=self.vocab_size)
         if not self.layers:
             raise ConfigError(f"{self.name}: the model has no layers")
+        _require_positive(self.name, per_layer_input_size=self.per_layer_input_size or None)
+        if self.per_layer_input_size and self.per_layer_input_vocab_size < 1:
+            raise ConfigError(f"{self.name}: per-layer inputs need a vocabulary size")
         object.__setattr__(
             self, "_kinds", frozenset(m.kind for layer in self.layers for m in layer.mixers)
         )
@@ -330,6 +347,8 @@ class ModelSpec:
                     self.quant.rules,
                     self.quant.default,
                     self.module_prefix,
+                    self.per_layer_input_size,
+                    self.per_layer_input_vocab_size,
                 )
             ),
         )

@@ -51,6 +51,9 @@ class WeightTensor:
     layer_index: int | None = None  # decoder layer; None for embedding, head, final norm, vision
     shard_units: int = 0  # for KV_HEADS: the number of KV heads
     dtype: str | None = None  # stored in this dtype whatever the model's (Mamba's float32 A)
+    # False for memory the engine fills from another tensor (Gemma 4's V slot, loaded from
+    # k_proj): loaded and computed, but not a parameter of the checkpoint
+    in_checkpoint: bool = True
 
 
 # Module names by family: the parts that differ between checkpoints.
@@ -79,6 +82,9 @@ NAMING: dict[str, dict[str, str]] = {
     "nemotron_h": {"attn": "mixer", "mamba": "mixer", "mlp": "mixer", "moe": "mixer"},
     "mamba": {"mamba": "mixer"},
     "falcon_h1": {"mamba": "mamba", "mlp": "feed_forward"},
+    # Gemma 4: the dense MLP runs beside the experts (modelled as their shared expert), the
+    # router and experts sit directly in the layer (vLLM 0.32 gemma4.py Gemma4DecoderLayer)
+    "gemma4": {"moe": "", "router": "router.proj", "shared": "mlp"},
     "granitemoehybrid": {
         "mamba": "mamba",
         "moe": "block_sparse_moe",
@@ -109,6 +115,7 @@ class TensorBuilder:
         copies: int = 1,
         bias: bool = False,
         shard_units: int = 0,
+        in_checkpoint: bool = True,
     ) -> None:
         self.tensors.append(
             WeightTensor(
@@ -122,6 +129,7 @@ class TensorBuilder:
                 is_linear=True,
                 layer_index=layer,
                 shard_units=shard_units,
+                in_checkpoint=in_checkpoint,
             )
         )
         if bias:

@@ -22,16 +22,42 @@ from servefit.core.model_spec import (
     MoeSpec,
 )
 from servefit.core.weight_inventory import Role, Shard, TensorBuilder, WeightTensor, module_names
+from servefit.core.weight_per_layer import per_layer_embedding, per_layer_input
 
 
 def _attention(
     b: TensorBuilder, p: str, h: int, a: AttentionSpec, layer: int | None, role: Role
 ) -> None:
     q_out = a.num_q_heads * a.head_dim * (2 if a.has_output_gate else 1)
-    kv = a.num_kv_heads
     b.linear(
         f"{p}.q_proj", h, q_out, role=role, shard=Shard.COLUMN, layer=layer, bias=a.has_qkv_bias
     )
+    if not a.shares_kv_cache:  # a KV-shared layer has only q_proj (vLLM 0.32 Gemma4Attention)
+        _kv_projections(b, p, h, a, layer, role)
+    b.linear(
+        f"{p}.o_proj",
+        a.num_q_heads * a.value_head_dim,
+        h,
+        role=role,
+        shard=Shard.ROW,
+        layer=layer,
+        bias=a.has_o_bias,
+    )
+    if a.has_qk_norm:  # q_norm and k_norm (a KV-shared layer has no k_norm)
+        norms = (1 if a.shares_kv_cache else 2) * a.head_dim
+        b.param(f"{p}.qk_norm", norms, role=Role.NORM, shard=Shard.REPLICATED, layer=layer)
+    if a.has_sinks:
+        b.param(f"{p}.sinks", a.num_q_heads, role=role, shard=Shard.COLUMN, layer=layer)
+
+
+def _kv_projections(
+    b: TensorBuilder, p: str, h: int, a: AttentionSpec, layer: int | None, role: Role
+) -> None:
+    """k_proj and v_proj. With K = V (Gemma 4's ``attention_k_eq_v``) the checkpoint ships
+    no v_proj, yet vLLM 0.32 builds the full ``QKVParallelLinear`` and loads k_proj into both
+    its K and V shards (gemma4.py ``_gemma4_layer_weights_mapper``): the V slot is loaded
+    memory and computed, not a checkpoint parameter."""
+    kv = a.num_kv_heads
     b.linear(
         f"{p}.k_proj",
         h,
@@ -51,20 +77,8 @@ def _attention(
         layer=layer,
         bias=a.has_qkv_bias,
         shard_units=kv,
+        in_checkpoint=not a.is_k_eq_v,
     )
-    b.linear(
-        f"{p}.o_proj",
-        a.num_q_heads * a.value_head_dim,
-        h,
-        role=role,
-        shard=Shard.ROW,
-        layer=layer,
-        bias=a.has_o_bias,
-    )
-    if a.has_qk_norm:
-        b.param(f"{p}.qk_norm", 2 * a.head_dim, role=Role.NORM, shard=Shard.REPLICATED, layer=layer)
-    if a.has_sinks:
-        b.param(f"{p}.sinks", a.num_q_heads, role=role, shard=Shard.COLUMN, layer=layer)
 
 
 def _mla(b: TensorBuilder, p: str, h: int, m: MlaSpec, layer: int | None, role: Role) -> None:
@@ -292,6 +306,15 @@ def _moe(
         layer=layer,
         bias=moe.has_router_bias,
     )
+    if moe.has_router_scales:  # vLLM 0.32 gemma4.py Gemma4Router: scale, per_expert_scale
+        b.param(f"{p}.router.scale", h, role=router_role, shard=Shard.REPLICATED, layer=layer)
+        b.param(
+            f"{p}.router.per_expert_scale",
+            moe.num_experts,
+            role=router_role,
+            shard=Shard.REPLICATED,
+            layer=layer,
+        )
     if moe.has_score_correction_bias:
         b.param(
             f"{p}.{n['router']}.e_score_correction_bias",
@@ -332,6 +355,7 @@ def _layer(
     index: int | None,
     n: dict[str, str],
     role_override: Role | None = None,
+    per_layer_input_size: int = 0,
 ) -> None:
     for mixer in layer.mixers:  # Falcon-H1: attention and Mamba-2 side by side
         if isinstance(mixer, AttentionSpec):
@@ -343,10 +367,15 @@ def _layer(
         elif isinstance(mixer, MambaSpec):
             _mamba(b, f"{p}.{n['mamba']}", h, mixer, index)
     if isinstance(layer.mlp, MoeSpec):
-        _moe(b, f"{p}.{n['moe']}", h, layer.mlp, index, n, role_override)
+        moe_prefix = f"{p}.{n['moe']}" if n["moe"] else p  # Gemma 4: router, experts in the layer
+        _moe(b, moe_prefix, h, layer.mlp, index, n, role_override)
     elif isinstance(layer.mlp, DenseMlpSpec):
         _dense_mlp(b, f"{p}.{n['mlp']}", h, layer.mlp, index, n, role_override or Role.MLP)
     b.param(f"{p}.norms", layer.num_norms * h, role=Role.NORM, shard=Shard.REPLICATED, layer=index)
+    if layer.has_layer_scalar:
+        b.param(f"{p}.layer_scalar", 1, role=Role.NORM, shard=Shard.REPLICATED, layer=index)
+    if per_layer_input_size:
+        per_layer_input(b, p, h, per_layer_input_size, index)
 
 
 @lru_cache(maxsize=256)
@@ -363,8 +392,11 @@ def weight_tensors(spec: ModelSpec) -> tuple[WeightTensor, ...]:
         shard=Shard.VOCAB,
         layer=None,
     )
+    if spec.per_layer_input_size:
+        per_layer_embedding(b, spec)
     for index, layer in enumerate(spec.layers):
-        _layer(b, f"{prefix}{n['layers']}.{index}", h, layer, index, n)
+        p = f"{prefix}{n['layers']}.{index}"
+        _layer(b, p, h, layer, index, n, per_layer_input_size=spec.per_layer_input_size)
     b.param(f"{prefix}norm", h, role=Role.NORM, shard=Shard.REPLICATED, layer=None)
     if not spec.tie_word_embeddings:
         b.linear("lm_head", h, spec.vocab_size, role=Role.LM_HEAD, shard=Shard.VOCAB, layer=None)

@@ -81,7 +81,8 @@ def count_params(spec: ModelSpec) -> ParamCounts:
     tensors = weight_tensors(spec)
     by_role: dict[Role, int] = {}
     for t in tensors:
-        by_role[t.role] = by_role.get(t.role, 0) + t.num_params
+        if t.in_checkpoint:  # a V slot filled from k_proj is memory, not a parameter
+            by_role[t.role] = by_role.get(t.role, 0) + t.num_params
     mtp = by_role.pop(Role.MTP, 0)
     total = sum(by_role.values())
     inactive = 0
