@@ -14,14 +14,14 @@ only at block boundaries ("align" mode, with the hybrid's large block size), so 
 prefix is rounded down to that block size; earlier versions disable prefix caching for
 hybrids, so every turn is prefilled from scratch.
 
-The two rules (:func:`history_block_tokens`, :func:`cached_history_tokens`) are shared by the
-single-session table below and by the simulation under load (:mod:`.serving`), so a turn
-reuses the same tokens in both. Eviction: a turn's history is assumed to still be in the
-cache when its next turn arrives. vLLM keeps a finished request's blocks as free but cached
-(evicted least-recently-used, and only when a new allocation needs the block); the next
-turn is sent as soon as the previous one finishes, so its history is among the most
-recently used blocks. Under heavy KV pressure a real server may evict it earlier: then
-the prediction is optimistic.
+The two rules (:func:`history_block_tokens`, :func:`cached_history_tokens`, in
+:mod:`.turn_reuse`) are shared by the single-session table below and by the simulation
+under load (:mod:`.serving`), so a turn reuses the same tokens in both. Eviction: a turn's
+history is assumed to still be in the cache when its next turn arrives. vLLM keeps a
+finished request's blocks as free but cached (evicted least-recently-used, and only when a
+new allocation needs the block); the next turn is sent as soon as the previous one
+finishes, so its history is among the most recently used blocks. Under heavy KV pressure a
+real server may evict it earlier: then the prediction is optimistic.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+# `X as X`: re-exported, so ``servefit.core.agent.<name>`` keeps working
+from servefit.core.turn_reuse import cached_history_tokens as cached_history_tokens
+from servefit.core.turn_reuse import history_block_tokens as history_block_tokens
 from servefit.errors import InvalidArgumentError
 
 PrefillTime = Callable[[int, int], float]  # (new tokens, cached tokens) -> seconds
@@ -70,35 +73,6 @@ class AgentSession:
     @property
     def total_decode_s(self) -> float:
         return sum(t.decode_s for t in self.turns)
-
-
-def history_block_tokens(
-    *,
-    block_tokens: int,
-    enable_prefix_caching: bool,
-    is_hybrid: bool,
-    has_hybrid_prefix_caching: bool,
-) -> int:
-    """The granularity in which a turn reuses its history from the cache; 0: no reuse.
-
-    Prefix caching off: nothing is reused. A hybrid model on a vLLM version without hybrid
-    prefix caching: nothing either. Otherwise whole blocks of ``block_tokens`` (for a
-    hybrid, its large "align"-mode block)."""
-    if not enable_prefix_caching or block_tokens < 1:
-        return 0
-    if is_hybrid and not has_hybrid_prefix_caching:
-        return 0
-    return block_tokens
-
-
-def cached_history_tokens(*, turn: int, prompt_tokens: int, history_tokens: int, block: int) -> int:
-    """Tokens of turn ``turn``'s prompt found in the cache: the previous turn's prompt and
-    answer (``history_tokens``) in whole ``block``-token blocks, never the prompt's last
-    token (vLLM always computes it to sample). Turn 1 and ``block == 0``: none."""
-    if turn < 2 or block < 1:
-        return 0
-    cached = (history_tokens // block) * block
-    return max(0, min(cached, prompt_tokens - 1))
 
 
 def plan_agent_session(

@@ -68,8 +68,9 @@ class StepShape:
     def __post_init__(self) -> None:
         if self.decode_contexts and min(self.decode_contexts) < 0:  # min(): in C, per step
             raise InvalidArgumentError("decode contexts must be >= 0")
-        if any(n <= 0 or c < 0 for n, c in self.prefill_chunks):
-            raise InvalidArgumentError("prefill chunks need > 0 new tokens and >= 0 cached")
+        for n, c in self.prefill_chunks:  # a loop: any() over a generator costs more here
+            if n <= 0 or c < 0:
+                raise InvalidArgumentError("prefill chunks need > 0 new tokens and >= 0 cached")
 
     def decode_keys(self, window: int | None) -> int:
         """Keys the decoding sequences attend (and read): sum of min(context + 1, W)."""

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-from servefit.core.agent import AgentSession, history_block_tokens, plan_agent_session
 from servefit.core.engine_scheduling import admission_rule
 from servefit.core.hardware import GpuSpec
 from servefit.core.kv_cache import blocks_per_request
@@ -38,13 +38,16 @@ from servefit.core.roofline import (
     Bound,
     EfficiencyProfile,
     kernel_dtype,
-    step_time,
 )
 from servefit.core.serving import LoadResult, ServingLimits, simulate
 from servefit.core.step_timer import compile_step_timer
+from servefit.core.turn_reuse import history_block_tokens
 from servefit.core.workload import Slo, Workload
 from servefit.core.workload import fixed_workload as fixed_workload
 from servefit.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from servefit.core.agent import AgentSession
 
 CURVE_MAX_POINTS = 10
 
@@ -108,7 +111,7 @@ class PerformancePlan:
 def _phase(
     m: ModelCoeffs, shape: StepShape, gpu: GpuSpec, profile: EfficiencyProfile
 ) -> PhaseEstimate:
-    st = step_time(m, shape, gpu, profile)
+    st = make_timer(m, gpu, profile)(shape)
     t = total(op for stage in range(m.pp) for op in step_ops(m, shape, stage))
     return PhaseEstimate(
         time_s=st.time_s,
@@ -270,6 +273,9 @@ def plan_performance(
 
     agent = None
     if workload.turns > 1:
+        # imported here: a plan without turns does not build the session table's classes
+        from servefit.core.agent import plan_agent_session
+
         agent = plan_agent_session(
             turns=workload.turns,
             prefix_tokens=workload.prefix_len,

@@ -41,6 +41,8 @@ def load_result(sim: Simulation, request_overhead_s: float, slo: Slo | None) -> 
     busy = sim.t if sim.t > 0 else 1e-12
     kv_fraction = sim.kv_blocked_s / busy
     parts = dict(sim.by_bound)
+    ttft = Stat.of([t.ttft_s for t in timings])
+    e2e = Stat.of([t.e2e_s for t in timings])
     bound = (
         Bound.CAPACITY
         if kv_fraction > 0.25 or sim.preemptions
@@ -51,9 +53,9 @@ def load_result(sim: Simulation, request_overhead_s: float, slo: Slo | None) -> 
         request_rate_per_s=sim.w.request_rate_per_s,
         num_requests=len(timings),
         duration_s=duration,
-        ttft_s=Stat.of([t.ttft_s for t in timings]),
+        ttft_s=ttft,
         tpot_s=Stat.of([v for t in timings if (v := t.tpot_s) is not None]),
-        e2e_s=Stat.of([t.e2e_s for t in timings]),
+        e2e_s=e2e,
         output_throughput_tok_per_s=out_tokens / duration,
         total_throughput_tok_per_s=(out_tokens + in_tokens) / duration,
         request_throughput_per_s=len(timings) / duration,
@@ -73,8 +75,23 @@ def load_result(sim: Simulation, request_overhead_s: float, slo: Slo | None) -> 
         turns=sim.w.turns,
         num_sessions=num_sessions,
         session_throughput_per_s=num_sessions / duration,
-        session_e2e_s=session_e2e(sim, request_overhead_s),
-        by_turn=by_turn(sim, timings),
+        # one turn: every request is a session, and the one turn all requests: the same
+        # values as the request stats (Stat.of sorts them), not computed twice
+        session_e2e_s=e2e if sim.w.turns == 1 else session_e2e(sim, request_overhead_s),
+        by_turn=(
+            (
+                TurnLoad(
+                    turn=1,
+                    num_requests=len(timings),
+                    mean_input_len=in_tokens / len(timings),
+                    mean_cached_tokens=sum(t.cached_tokens for t in timings) / len(timings),
+                    ttft_s=ttft,
+                    e2e_s=e2e,
+                ),
+            )
+            if sim.w.turns == 1
+            else by_turn(sim, timings)
+        ),
     )
 
 

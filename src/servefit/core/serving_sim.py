@@ -8,11 +8,12 @@ run into a :class:`~servefit.core.serving_types.LoadResult`."""
 from __future__ import annotations
 
 from collections import deque
+from functools import lru_cache
 
-from servefit.core.agent import cached_history_tokens
 from servefit.core.ops import StepShape
 from servefit.core.roofline import Bound, StepTime
 from servefit.core.serving_types import BlocksFor, ServingLimits, StepTimer
+from servefit.core.turn_reuse import cached_history_tokens
 from servefit.core.workload import SessionSpec, Workload
 
 # Fast-forward at most this many decode steps at once, so context growth is tracked.
@@ -22,6 +23,14 @@ _COMPUTE = Bound.COMPUTE.value
 _MEMORY = Bound.MEMORY.value
 _INTERCONNECT = Bound.INTERCONNECT.value
 _OVERHEAD = Bound.OVERHEAD.value
+
+
+@lru_cache(maxsize=16)
+def blocks_table(blocks_for: BlocksFor, longest: int) -> tuple[int, ...]:
+    """``blocks_for`` at every length up to ``longest``, built once for the simulations of
+    one plan (its curve points reach the same lengths); ``blocks_for`` is a pure function
+    of the length."""
+    return tuple([blocks_for(length) for length in range(longest + 1)])
 
 
 class _Req:
@@ -35,6 +44,7 @@ class _Req:
         "generated",
         "history_hit",
         "index",
+        "output",
         "preemptions",
         "prompt",
         "sent",
@@ -58,6 +68,7 @@ class _Req:
             block=history_block_tokens,
         )
         self.prompt = spec.input_len
+        self.output = spec.output_len  # spec.output_len, one lookup less in the hot loops
         self.cached = 0
         self.computed = 0  # tokens with KV in the cache (prompt and generated)
         self.generated = 0
@@ -88,10 +99,9 @@ class Simulation:
         self.w = w
         self.limits = limits
         self.timer = timer
-        # blocks one request holds at each length it can reach (a list: the hot path)
+        # blocks one request holds at each length it can reach (a tuple: the hot path)
         longest = max(t.input_len + t.output_len for s in sessions for t in s.turns)
-        longest += MAX_STEPS_PER_JUMP + 1
-        self.table = [blocks_for(length) for length in range(longest + 1)]
+        self.table = blocks_table(blocks_for, longest + MAX_STEPS_PER_JUMP + 1)
         self.pending = deque(sessions)
         self.num_requests = sum(len(s.turns) for s in sessions)
         self.history_block = limits.history_reuse_block_tokens
@@ -302,6 +312,7 @@ class Simulation:
             self.account(st, len(decodes) + len(chunks), 1, kv_blocked)
             self.prefill_s += self.prefill_part_s(st, shape)
             table = self.table
+            grow = 0  # the decodes' new blocks, added to self.used once (integers: exact)
             for r, n in chunks:
                 self.set_computed(r, r.computed + n)
                 if r.computed >= r.prompt:
@@ -310,15 +321,16 @@ class Simulation:
                     r.generated += 1
                     if not self.prefix_ready and r.computed >= self.prefix_tokens:
                         self.prefix_ready = True
-                    if r.generated >= r.spec.output_len:
+                    if r.generated >= r.output:
                         self.finish(r)
             for r in decodes:  # set_computed(r, r.computed + 1), inlined: the hot loop
                 c = r.computed
-                self.used += table[c + 1] - table[c]
+                grow += table[c + 1] - table[c]
                 r.computed = c + 1
                 r.generated += 1
-                if r.generated >= r.spec.output_len:
+                if r.generated >= r.output:
                     self.finish(r)
+            self.used += grow
 
     def can_jump(self, kv_blocked: bool, decodes: list[_Req]) -> bool:
         if self.waiting and not kv_blocked and len(self.running) < self.limits.max_num_seqs:
@@ -328,7 +340,7 @@ class Simulation:
         return all(r.computed >= r.prompt for r in self.running)  # none prefilling
 
     def jump(self, decodes: list[_Req], kv_blocked: bool) -> None:
-        steps = min(r.spec.output_len - r.generated for r in decodes)
+        steps = min(r.output - r.generated for r in decodes)
         steps = max(1, min(steps, MAX_STEPS_PER_JUMP))
         # stay within the KV cache: the growth bound len(decodes) x blocks(steps) first,
         # the exact growth when the bound is too coarse
@@ -351,5 +363,5 @@ class Simulation:
             self.used += t[c + steps] - t[c]
             r.computed = c + steps
             r.generated += steps
-        for r in [r for r in decodes if r.generated >= r.spec.output_len]:
+        for r in [r for r in decodes if r.generated >= r.output]:
             self.finish(r)

@@ -17,10 +17,9 @@ nothing, when both branches add 0.0.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from servefit.core.hardware import GpuSpec
-from servefit.core.op_coeffs import LayerCoeffs, ModelCoeffs, StageCoeffs
+from servefit.core.op_coeffs import LayerCoeffs, ModelCoeffs
 from servefit.core.op_cost import StepShape
 from servefit.core.op_rows import MOE_PERMUTE_PASSES, causal_pairs, keys_read
 from servefit.core.ops import ELEMENTWISE_PASSES_PER_LAYER, PP_TENSORS_PER_TOKEN
@@ -32,50 +31,24 @@ from servefit.core.roofline import (
 )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Linear:
-    """A projection row's constants: params, width, weight bytes x layers, its divisors."""
-
-    params: float
-    width: float
-    weight_bytes: float  # wbytes x count, as the row computes it
-    compute_div: float  # peak x efficiency
-    weight_factor: float  # 1 / weight efficiency - 1 (0.0 above 8 bits)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Group:
-    """One group of identical layers in a stage: its coefficients and the divisors."""
-
-    coeffs: LayerCoeffs
-    count: int
-    linear: tuple[_Linear, ...]
-    attention_div: float  # attention and state rows: peak x attention efficiency
-    state_div: float
-    routed_div: float
-    routed_weight_factor: float
-    routed_overhead_s: float  # MoE layers x moe_layer_overhead_s
-    tp_latency_s: float  # collectives x latency of the TP all-reduce
-    ep_latency_s: float
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Stage:
-    stage: StageCoeffs
-    groups: tuple[_Group, ...]
-    lm_head_div: float
-    pp_latency_s: float
-
-
 def compile_step_timer(
     m: ModelCoeffs, gpu: GpuSpec, profile: EfficiencyProfile
 ) -> Callable[[StepShape], StepTime]:
-    """``shape -> step_time(m, shape, gpu, profile)``, the same numbers, a few times faster."""
+    """``shape -> step_time(m, shape, gpu, profile)``, the same numbers, a few times faster.
+
+    The constants are plain tuples, unpacked per step (no value class: each one would cost
+    a CLI start a dataclass build at import):
+
+    - a stage: (its :class:`StageCoeffs`, its layer groups, the LM head's compute divisor);
+    - a layer group: (attention, state and routed coefficients, number of layers, linear
+      rows, attention / state / routed compute divisors, the routed weights' extra-traffic
+      factor, the MoE overhead of the group, the latency of its 2 x layers collectives);
+    - a linear row: (params, activation width, weight bytes x layers, compute divisor,
+      extra-traffic factor of its weights).
+
+    A compute divisor is peak FLOP/s x efficiency; a weights' extra-traffic factor is
+    1 / weight efficiency - 1 (0.0 for 8 bits and more), as the roofline has them."""
     unpublished = profile.unpublished_flops_per_byte
-
-    def peak(dtype: str) -> float:  # the value roofline's per-device table holds
-        return peak_flops_per_s(gpu, dtype, unpublished)
-
     bandwidth = gpu.memory_bandwidth_bytes_per_s
     memory_div = bandwidth * profile.memory_efficiency
     kv_eff = profile.kv_memory_efficiency
@@ -88,7 +61,8 @@ def compile_step_timer(
     def compute_div(dtype: str, eff: float, is_low_bit: bool) -> float:
         if is_low_bit:
             eff *= profile.low_bit_compute_efficiency
-        return peak(dtype) * eff
+        # peak_flops_per_s: the value roofline's per-device table holds
+        return peak_flops_per_s(gpu, dtype, unpublished) * eff
 
     def weight_factor(is_low_bit: bool) -> float:
         weight_eff = 1.0
@@ -96,49 +70,44 @@ def compile_step_timer(
             weight_eff *= profile.low_bit_memory_efficiency
         return 1 / weight_eff - 1
 
-    def group(coeffs: LayerCoeffs, count: int) -> _Group:
+    def group(coeffs: LayerCoeffs, count: int) -> tuple:
         routed = coeffs.routed
-        return _Group(
-            coeffs=coeffs,
-            count=count,
-            linear=tuple(
-                _Linear(
-                    params=params,
-                    width=width,
-                    weight_bytes=wbytes * count,
-                    compute_div=compute_div(dtype, profile.gemm_efficiency, low_bit),
-                    weight_factor=weight_factor(low_bit),
-                )
-                for dtype, low_bit, wbytes, params, width in coeffs.linear
-            ),
-            attention_div=compute_div(attention_dtype, profile.attention_efficiency, False),
-            state_div=compute_div("fp32", profile.attention_efficiency, False),
-            routed_div=(
-                compute_div(routed.compute_dtype, profile.gemm_efficiency, routed.is_low_bit)
-                if routed
-                else 0.0
-            ),
-            routed_weight_factor=weight_factor(routed.is_low_bit) if routed else 0.0,
-            routed_overhead_s=count * profile.moe_layer_overhead_s,
-            tp_latency_s=profile.collective_latency_s * (2 * count),
-            ep_latency_s=profile.collective_latency_s * (2 * count),
+        linear = tuple(
+            (
+                params,
+                width,
+                wbytes * count,
+                compute_div(dtype, profile.gemm_efficiency, low_bit),
+                weight_factor(low_bit),
+            )
+            for dtype, low_bit, wbytes, params, width in coeffs.linear
+        )
+        return (
+            coeffs.attention,
+            coeffs.state,
+            routed,
+            count,
+            linear,
+            compute_div(attention_dtype, profile.attention_efficiency, False),
+            compute_div("fp32", profile.attention_efficiency, False),
+            compute_div(routed.compute_dtype, profile.gemm_efficiency, routed.is_low_bit)
+            if routed
+            else 0.0,
+            weight_factor(routed.is_low_bit) if routed else 0.0,
+            count * profile.moe_layer_overhead_s,
+            profile.collective_latency_s * (2 * count),
         )
 
     stages = tuple(
-        _Stage(
-            stage=st,
-            groups=tuple(group(coeffs, count) for coeffs, count in st.layers),
-            lm_head_div=compute_div(st.lm_head_dtype, profile.gemm_efficiency, False),
-            pp_latency_s=profile.collective_latency_s * 1,
+        (
+            st,
+            tuple(group(coeffs, count) for coeffs, count in st.layers),
+            compute_div(st.lm_head_dtype, profile.gemm_efficiency, False),
         )
         for st in m.stages
     )
-    windows = {
-        g.coeffs.attention.window
-        for s in stages
-        for g in s.groups
-        if g.coeffs.attention is not None
-    }
+    windows = {c.attention.window for st in m.stages for c, _ in st.layers if c.attention}
+    pp_latency_s = profile.collective_latency_s * 1  # one transfer per stage boundary
     hidden = m.hidden_size
     tp, ep = m.tp, m.ep
 
@@ -152,25 +121,34 @@ def compile_step_timer(
         }
         compute = memory = comm = 0.0
         overhead = profile.step_overhead_s + profile.per_seq_overhead_s * seqs
-        for s in stages:
-            st = s.stage
+        for st, groups, lm_head_div in stages:
             if st.is_first:  # embedding lookup: no FLOPs
                 memory += (tokens * st.embedding_row_bytes + tokens * hidden * act) / memory_div
-            for g in s.groups:
-                coeffs, count = g.coeffs, g.count
-                for lin in g.linear:
-                    flops = 2 * tokens * lin.params * count
-                    act_bytes = tokens * lin.width * act * count / 2
-                    moved = lin.weight_bytes + act_bytes + act_bytes
-                    if lin.weight_factor:
-                        moved = moved + lin.weight_bytes * lin.weight_factor
-                    op_compute = flops / lin.compute_div if flops else 0.0
+            for (
+                a,
+                state,
+                r,
+                count,
+                linear,
+                attention_div,
+                state_div,
+                routed_div,
+                routed_weight_factor,
+                routed_overhead_s,
+                latency_s,
+            ) in groups:
+                for params, width, weight_bytes, div, factor in linear:
+                    flops = 2 * tokens * params * count
+                    act_bytes = tokens * width * act * count / 2
+                    moved = weight_bytes + act_bytes + act_bytes
+                    if factor:
+                        moved = moved + weight_bytes * factor
+                    op_compute = flops / div if flops else 0.0
                     op_memory = moved / memory_div
                     if op_compute >= op_memory:
                         compute += op_compute
                     else:
                         memory += op_memory
-                a = coeffs.attention
                 if a is not None:
                     decode_keys = shape.decode_keys(a.window)
                     flops = 0.0
@@ -185,23 +163,21 @@ def compile_step_timer(
                     moved = keys * a.kv_bytes_per_token * count + (
                         tokens * a.kv_bytes_per_token * count
                     )
-                    op_compute = flops / g.attention_div if flops else 0.0
+                    op_compute = flops / attention_div if flops else 0.0
                     op_memory = moved / kv_div
                     if op_compute >= op_memory:
                         compute += op_compute
                     else:
                         memory += op_memory
-                state = coeffs.state
                 if state is not None:
                     state_bytes = state.state_bytes_per_seq * seqs * count
                     flops = state.flops_per_token * tokens * count
-                    op_compute = flops / g.state_div if flops else 0.0
+                    op_compute = flops / state_div if flops else 0.0
                     op_memory = (state_bytes + state_bytes) / memory_div
                     if op_compute >= op_memory:
                         compute += op_compute
                     else:
                         memory += op_memory
-                r = coeffs.routed
                 if r is not None:
                     touched = 0.0  # op_rows.expected_experts_touched, inlined
                     if tokens > 0:
@@ -215,11 +191,11 @@ def compile_step_timer(
                         + MOE_PERMUTE_PASSES * local_tokens * hidden * act * count
                         + local_tokens * hidden * act * count
                     )
-                    if g.routed_weight_factor:
-                        moved = moved + weight_bytes * g.routed_weight_factor
-                    op_compute = flops / g.routed_div if flops else 0.0
+                    if routed_weight_factor:
+                        moved = moved + weight_bytes * routed_weight_factor
+                    op_compute = flops / routed_div if flops else 0.0
                     op_memory = moved / memory_div
-                    overhead += g.routed_overhead_s
+                    overhead += routed_overhead_s
                     if op_compute >= op_memory:
                         compute += op_compute
                     else:
@@ -229,10 +205,10 @@ def compile_step_timer(
                 memory += (norm_bytes + norm_bytes) / memory_div
                 if tp > 1:
                     comm_bytes = 2 * tokens * hidden * act * 2 * (tp - 1) / tp * count
-                    comm += g.tp_latency_s + comm_bytes / intra_div
+                    comm += latency_s + comm_bytes / intra_div
                 if ep > 1 and r is not None:
                     comm_bytes = 2 * tokens * r.top_k * hidden * act * (ep - 1) / ep * count
-                    comm += g.ep_latency_s + comm_bytes / intra_div
+                    comm += latency_s + comm_bytes / intra_div
             if st.is_last:
                 sampled = shape.num_sampled
                 flops = 2 * sampled * st.lm_head_params
@@ -241,7 +217,7 @@ def compile_step_timer(
                     + sampled * hidden * act
                     + sampled * st.lm_head_params / hidden * 4
                 )
-                op_compute = flops / s.lm_head_div if flops else 0.0
+                op_compute = flops / lm_head_div if flops else 0.0
                 op_memory = moved / memory_div
                 if op_compute >= op_memory:
                     compute += op_compute
@@ -249,7 +225,7 @@ def compile_step_timer(
                     memory += op_memory
             else:
                 comm_bytes = PP_TENSORS_PER_TOKEN * tokens * hidden * act
-                comm += s.pp_latency_s + comm_bytes / inter_div
+                comm += pp_latency_s + comm_bytes / inter_div
         return StepTime(
             time_s=compute + memory + comm + overhead,
             compute_s=compute,
