@@ -111,16 +111,25 @@ def compile_step_timer(
     hidden = m.hidden_size
     tp, ep = m.tp, m.ep
 
+    step_overhead_s, per_seq_overhead_s = profile.step_overhead_s, profile.per_seq_overhead_s
+    no_chunks: dict[int | None, list[tuple[float, int]]] = {w: [] for w in windows}
+
     def timer(shape: StepShape) -> StepTime:
-        tokens = shape.num_tokens
-        seqs = shape.num_seqs
         chunks = shape.prefill_chunks
+        num_decodes = len(shape.decode_contexts)
+        # shape.num_tokens and num_seqs (integers), without the properties' generator
+        tokens = num_decodes
+        for n, _ in chunks:
+            tokens += n
+        seqs = num_decodes + len(chunks)
         # per attention window: each chunk's (causal pairs, keys read), shared by the groups
-        per_window = {
-            w: [(causal_pairs(n, c, w), keys_read(n, c, w)) for n, c in chunks] for w in windows
-        }
+        per_window = (
+            {w: [(causal_pairs(n, c, w), keys_read(n, c, w)) for n, c in chunks] for w in windows}
+            if chunks
+            else no_chunks
+        )
         compute = memory = comm = 0.0
-        overhead = profile.step_overhead_s + profile.per_seq_overhead_s * seqs
+        overhead = step_overhead_s + per_seq_overhead_s * seqs
         for st, groups, lm_head_div in stages:
             if st.is_first:  # embedding lookup: no FLOPs
                 memory += (tokens * st.embedding_row_bytes + tokens * hidden * act) / memory_div
