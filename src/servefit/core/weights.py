@@ -269,6 +269,10 @@ def weight_bytes(
     ``capability``, quantized weights count as the kernel vLLM picks there lays them out
     (:mod:`servefit.core.kernel_layout`: Marlin or triton_kernels padding, converted
     scales); without one, as the checkpoint stores them."""
+    if capability is not None and not spec.quant.is_quantized:
+        # every tensor is in the model dtype (or its own): no kernel repacks anything, so
+        # one answer serves every GPU (a sweep over GPUs computes it once)
+        return weight_bytes(spec, tp=tp, pp=pp, include_mtp=include_mtp)
     stages = pipeline_layer_split(spec.num_layers, pp)
     stage_of_layer = {i: s for s, r in enumerate(stages) for i in r}
     per_stage = [0.0] * pp
