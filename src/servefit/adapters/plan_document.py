@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from servefit import __version__
 from servefit.adapters.document import FrozenDoc, register_annotation_types
 from servefit.core.plan import CapacityPlan
-from servefit.core.weights import weight_bytes
+from servefit.core.weights import WeightBytes, weight_bytes
 
 if TYPE_CHECKING:  # the performance sections load only when a plan has one (cold start)
     from servefit.adapters.perf_document import ScalingSection
@@ -307,11 +307,7 @@ def plan_document(
             requested_bytes_per_gpu=m.requested_bytes,
             weights_bytes_per_gpu=m.weights_bytes,
             weights_bytes_total=int(plan.weights_total_bytes),
-            weights_parameter_bytes_total=int(
-                weight_bytes(
-                    spec, tp=r.tensor_parallel_size, pp=r.pipeline_parallel_size
-                ).total_bytes
-            ),
+            weights_parameter_bytes_total=int(_weights(plan).checkpoint_total_bytes),
             activation_peak_bytes_per_gpu=m.activation_peak_bytes,
             non_torch_bytes_per_gpu=m.non_torch_bytes,
             cuda_graph_bytes_per_gpu=m.cuda_graph_bytes,
@@ -353,16 +349,25 @@ def plan_document(
     )
 
 
+def _weights(plan: CapacityPlan) -> WeightBytes:
+    """The plan's weight count (the plan computed it: a cache hit), laid out and as stored."""
+    r = plan.settings
+    return weight_bytes(
+        plan.model,
+        tp=r.tensor_parallel_size,
+        pp=r.pipeline_parallel_size,
+        capability=plan.gpu.compute_capability_tuple,
+    )
+
+
 def _checkpoint_weights_per_gpu(plan: CapacityPlan) -> int | None:
     """The planned GPU's weights as the checkpoint stores them: the pipeline stage whose
     kernel-laid-out weights are the plan's, counted without the kernel's layout."""
-    r = plan.settings
-    tp, pp = r.tensor_parallel_size, r.pipeline_parallel_size
-    laid = weight_bytes(plan.model, tp=tp, pp=pp, capability=plan.gpu.compute_capability_tuple)
+    laid = _weights(plan)
     stage = next(
         (i for i, b in enumerate(laid.per_stage_bytes) if int(b) == plan.memory.weights_bytes),
         None,
     )
     if stage is None:
         return None
-    return int(weight_bytes(plan.model, tp=tp, pp=pp).per_stage_bytes[stage])
+    return int(laid.checkpoint_per_stage_bytes[stage])

@@ -248,6 +248,10 @@ class WeightBytes:
     per_gpu_bytes: float  # the largest pipeline stage's share on one TP rank
     per_gpu_by_role_bytes: dict[str, float]
     per_stage_bytes: tuple[float, ...]
+    # the same, as the checkpoint stores them (equal to the above unless a kernel lays the
+    # weights out otherwise on the GPU asked about); counted in the same pass
+    checkpoint_total_bytes: float
+    checkpoint_per_stage_bytes: tuple[float, ...]
     buffer_bytes_per_gpu: float = 0.0  # non-parameter tensors every GPU holds (RoPE tables)
 
     def all_gpus_bytes(self, num_gpus: int) -> float:
@@ -276,25 +280,27 @@ def weight_bytes(
     stages = pipeline_layer_split(spec.num_layers, pp)
     stage_of_layer = {i: s for s, r in enumerate(stages) for i in r}
     per_stage = [0.0] * pp
+    checkpoint_per_stage = [0.0] * pp
     per_stage_roles: list[dict[str, float]] = [{} for _ in range(pp)]
-    total = 0.0
+    total = checkpoint_total = 0.0
     tensors = weight_tensors(spec)
     linears = {t.name: t for t in tensors if t.is_linear} if capability else {}
     for t in tensors:
         if t.role is Role.MTP and not include_mtp:
             continue
+        full = tensor_bytes(spec, t)
+        if t.shard is Shard.VOCAB:
+            checkpoint_share = full * vocab_shard_fraction(spec.vocab_size, tp)
+        else:
+            checkpoint_share = full * shard_fraction(t, tp)
+        checkpoint_total += full
         laid_out = laid_out_share_bytes(spec, t, tp, capability, linears)
         if laid_out is not None:  # the rank's bytes as the kernel holds them
             share = laid_out
-            fraction = shard_fraction(t, tp)
-            total += share / fraction
+            total += share / shard_fraction(t, tp)
         else:
-            full = tensor_bytes(spec, t)
+            share = checkpoint_share
             total += full
-            if t.shard is Shard.VOCAB:
-                share = full * vocab_shard_fraction(spec.vocab_size, tp)
-            else:
-                share = full * shard_fraction(t, tp)
         if t.layer_index is not None:
             stage = stage_of_layer[t.layer_index]
         elif t.role in (Role.EMBEDDING, Role.VISION):
@@ -302,6 +308,7 @@ def weight_bytes(
         else:  # final norm, LM head, MTP
             stage = pp - 1
         per_stage[stage] += share
+        checkpoint_per_stage[stage] += checkpoint_share
         roles = per_stage_roles[stage]
         roles[t.role.value] = roles.get(t.role.value, 0.0) + share
     # the RoPE cos/sin table(s): a buffer, not a parameter; one per GPU, in the model dtype
@@ -309,6 +316,7 @@ def weight_bytes(
     for stage in range(pp):
         if rope:
             per_stage[stage] += rope
+            checkpoint_per_stage[stage] += rope
             per_stage_roles[stage]["rope_cache"] = rope
     busiest = max(range(pp), key=lambda s: per_stage[s])
     return WeightBytes(
@@ -316,6 +324,8 @@ def weight_bytes(
         per_gpu_bytes=per_stage[busiest],
         per_gpu_by_role_bytes=per_stage_roles[busiest],
         per_stage_bytes=tuple(per_stage),
+        checkpoint_total_bytes=checkpoint_total,
+        checkpoint_per_stage_bytes=tuple(checkpoint_per_stage),
         buffer_bytes_per_gpu=rope,
     )
 
