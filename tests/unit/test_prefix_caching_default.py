@@ -34,6 +34,7 @@ import json
 import shlex
 
 import pytest
+from test_ssm_families import tiny_ssm_config
 
 from servefit.adapters.catalog import find_catalog_model, find_gpu
 from servefit.app.deployment import Deployment, Hardware, deployment_from_vllm_command
@@ -45,22 +46,7 @@ from servefit.core.plan import ServeSettings, plan_capacity
 from servefit.preflight.vllm_args import parse_vllm_command
 from servefit.units import GIB_BYTES
 
-TINY_MAMBA2 = {  # make_tiny_model.py --arch mamba2, as written
-    "architectures": ["Mamba2ForCausalLM"],
-    "model_type": "mamba2",
-    "hidden_size": 128,
-    "num_hidden_layers": 2,
-    "vocab_size": 1024,
-    "conv_kernel": 4,
-    "expand": 2,
-    "max_position_embeddings": 4096,
-    "torch_dtype": "bfloat16",
-    "num_heads": 4,
-    "head_dim": 64,
-    "n_groups": 1,
-    "state_size": 64,
-    "tie_word_embeddings": False,
-}
+TINY_MAMBA2 = tiny_ssm_config("mamba2")  # make_tiny_model.py --arch mamba2, as written
 GRANITE = "ibm-granite/granite-4.0-h-tiny"  # a Mamba-2 + attention hybrid in the catalog
 CODESTRAL = "mistralai/Mamba-Codestral-7B-v0.1"  # a pure Mamba-2 in the catalog
 MODEL_LEN = 4096

@@ -312,7 +312,7 @@ def test_granite_hybrid_capacity_by_hand():
     assert plan.kv_cache_tokens == int(blocks / need * 4096) == 196_176
 
 
-def _tiny_ssm_config(arch: str) -> dict:
+def tiny_ssm_config(arch: str) -> dict:
     """``make_tiny_model.py --arch mamba2`` as written (and a Mamba-1 of the same width)."""
     common = {
         "hidden_size": 128,
@@ -363,7 +363,7 @@ def test_tiny_ssm_plans_as_the_cpu_engine_logged(arch, prefix_caching, blocks, t
     prefix caching off; an explicit ``--enable-prefix-caching`` stays on (align mode)."""
     from servefit.core.engines.vllm_cpu import VllmCpuEngine, cpu_device
 
-    spec = spec_from_hf_config(_tiny_ssm_config(arch))
+    spec = spec_from_hf_config(tiny_ssm_config(arch))
     host = cpu_device(name="CPU", memory_bytes=8 * GIB_BYTES, isa_flags=("avx2",))
     settings = ServeSettings(
         max_model_len=4096,
