@@ -71,7 +71,23 @@ def start_bench(url: str, tmp_path: Path, *flags: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # its own session: what it leaves behind is found by its id
     )
+
+
+def session_members(sid: int) -> list[str]:
+    """The processes still alive in session ``sid`` (Linux: /proc/PID/stat's 6th field), as
+    "pid command line"; [] where /proc is not there. A run that ended reaped every child:
+    its workers and multiprocessing's resource tracker included."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rpartition(")")[2].split()
+            # after the command: state, ppid, pgrp, session; a zombie is already dead
+            if int(fields[3]) == sid and fields[0] != "Z":
+                cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ")
+                members.append(f"{stat.parent.name} {cmdline.decode(errors='replace')}")
+    return members
 
 
 def until(proc: subprocess.Popen, condition, what: str) -> None:
@@ -152,6 +168,7 @@ def test_interruption_matrix(tmp_path, signum, moment, workers):
 
     assert sent == sent_at_signal  # nothing left after the signal
     assert proc.returncode == EXIT_CODES[signum], err
+    assert session_members(proc.pid) == []  # every worker reaped before the run exited
     assert "Traceback" not in err, err
     out = tmp_path / "out"
     if sweep:
@@ -218,11 +235,13 @@ def test_a_signal_to_the_whole_group_while_workers_start(tmp_path, signum):
         os.killpg(proc.pid, signum)
         _, err = proc.communicate(timeout=STOP_GUARD_S)
         sent = server.server.requests_total
+        left = session_members(proc.pid)
     finally:
         if proc.poll() is None:
             proc.kill()
         gen.close()
     assert proc.returncode == EXIT_CODES[signum], err
+    assert left == []  # every worker reaped before the run exited
     assert "Traceback" not in err, err
     doc = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert doc["interrupted"] is True and doc["summary"]["successful"] == 0

@@ -44,6 +44,10 @@ RECORDINGS = Path(__file__).parent.parent / "golden" / "preflight"
         ("--kv-cache-dtype", False),
         ("--ssl-keyfile", False),  # a path to a key, not the key
         ("TOKENIZERS_PARALLELISM", False),
+        ("deployment_key", False),  # the history's key of a deployment, not a secret
+        ("key", False),  # a Kubernetes Secret's key name ({"name": "hf-token", "key": "token"})
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("ssh_private_key", True),
     ],
 )
 def test_secret_names_are_words_not_substrings(name, secret):

@@ -25,6 +25,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from servefit.adapters.redact import redact_data, redact_text
 from servefit.errors import HistoryError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite 3 database file
@@ -260,17 +261,25 @@ _HEADLINE_SQL = tuple(f"{s}_{n}" for s in ("predicted", "measured") for n in HEA
 _COLUMNS = ("id", *_BASE_COLUMNS, *_HEADLINE_SQL)
 
 
+def _stored_json(value: Any) -> str:
+    """A run's inputs or results as stored: plain JSON (a tuple or path as text), every
+    secret redacted (an argv list as a command, secret-named keys, URL credentials)."""
+    plain = json.loads(json.dumps(value, default=str))
+    return json.dumps(redact_data(plain), sort_keys=True)
+
+
 def _values(run: NewRun) -> tuple[Any, ...]:
+    """The row as written: nothing reaches the file that the redaction has not seen."""
     return (
         run.kind,
         run.created_utc,
         run.servefit_version,
-        run.deployment_key,
-        run.model,
-        run.gpu,
-        json.dumps(run.inputs, sort_keys=True, default=str),  # a tuple or path as text
-        json.dumps(run.results, sort_keys=True, default=str),
-        run.run_dir,
+        redact_text(run.deployment_key),
+        redact_text(run.model),
+        redact_text(run.gpu),
+        _stored_json(run.inputs),
+        _stored_json(run.results),
+        None if run.run_dir is None else redact_text(run.run_dir),
         *(getattr(run.predicted, n) for n in HEADLINE_COLUMNS),
         *(getattr(run.measured, n) for n in HEADLINE_COLUMNS),
     )

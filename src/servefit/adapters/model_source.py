@@ -12,6 +12,7 @@ Resolution order for ``MODEL``:
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -289,21 +290,53 @@ def model_from_config(
     )
 
 
+# huggingface_hub's validate_repo_id: org/name, each part at most 96 characters of these
+HUB_ID_PART_CHARS = 96
+HUB_ID_RE = re.compile(r"[A-Za-z0-9_.-]{1,96}/[A-Za-z0-9_.-]{1,96}")
+SHOWN_NAME_CHARS = 80  # of a model argument quoted in an error
+
+
+def _shown(model: str) -> str:
+    """The model argument as an error quotes it: a 600-character name is cut."""
+    if len(model) <= SHOWN_NAME_CHARS:
+        return repr(model)
+    return f"{model[:SHOWN_NAME_CHARS]!r}... ({len(model)} characters)"
+
+
+def _is_existing_path(path: Path, model: str) -> bool:
+    """Whether ``model`` names an existing file or folder; a name the file system cannot
+    hold (too long, a NUL byte) is a clear error, not an internal one."""
+    try:
+        return path.exists()
+    except (OSError, ValueError) as error:
+        reason = getattr(error, "strerror", None) or str(error)
+        raise ModelNotFoundError(
+            f"{_shown(model)} cannot be a path here ({reason}) and is no catalog or Hub id: "
+            "give a model folder, a config.json, or a Hugging Face id (org/name)"
+        ) from None
+
+
 def load_model(
     model: str, *, revision: str | None = None, allow_hub: bool = True, allow_path: bool = True
 ) -> LoadedModel:
     """Resolve ``model`` (path, catalog id or Hub id) to a :class:`LoadedModel`.
     ``allow_path=False`` (the web page's requests) never reads a local file."""
     path = Path(model).expanduser()
-    if allow_path and path.exists():
+    if allow_path and _is_existing_path(path, model):
         return _from_path(path)
     loaded = _from_catalog(model)
     if loaded is not None:
         return loaded
     if "/" not in model or model.startswith((".", "/", "~")):
         raise ModelNotFoundError(
-            f"{model!r} is neither an existing path nor a Hugging Face id (org/name). "
+            f"{_shown(model)} is neither an existing path nor a Hugging Face id (org/name). "
             "`servefit models` lists the bundled catalog."
+        )
+    if not HUB_ID_RE.fullmatch(model):
+        raise ModelNotFoundError(
+            f"{_shown(model)} is not a Hugging Face id: the Hub's ids are org/name, each part "
+            f"at most {HUB_ID_PART_CHARS} letters, digits, '-', '_' or '.'; nor is it an "
+            "existing path"
         )
     if not allow_hub:
         raise ModelNotFoundError(f"{model!r} is not in the bundled catalog and --offline is set")

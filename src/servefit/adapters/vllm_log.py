@@ -59,6 +59,12 @@ _PREFIX_RE = re.compile(
     r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+\[[^\]]*\]\s+)?(?P<message>.*)$"
 )
 _NUM = r"[\d,]+(?:\.\d+)?"
+# The numbers a fact is read from, bounded: a line with a 400-digit count states no fact
+# (int() refuses 4,300 digits and float() makes 1e400 infinite). A count fits 18 digits,
+# a grouped one 24 characters, a GiB figure 15 digits and 12 decimals.
+_INT = r"\d{1,18}(?!\d)"
+_GROUPED = r"[\d,]{1,24}(?![\d,])"
+_DEC = r"\d{1,15}(?:\.\d{1,12})?(?!\d)"
 
 
 class Refusal(StrEnum):
@@ -109,22 +115,22 @@ _SERVING_MODEL_RE = re.compile(r"serving model (?P<model>\S+)")
 _NON_DEFAULT_RE = re.compile(r"non-default args: (?P<args>\{.*\})\s*$")
 _ENGINE_MODEL_RE = re.compile(r"Initializing a V1 LLM engine .*?\bmodel='(?P<model>[^']*)'")
 _DTYPE_RE = re.compile(r"Initializing a V1 LLM engine .*?\bdtype=torch\.(?P<dtype>\w+)")
-_MAX_SEQ_LEN_RE = re.compile(r"Initializing a V1 LLM engine .*?\bmax_seq_len=(?P<len>\d+)")
-_LOADING_RE = re.compile(r"Model loading took (?P<gib>\d+(?:\.\d+)?) ?GiB")
-_AVAILABLE_KV_RE = re.compile(r"Available KV cache memory: (?P<gib>\d+(?:\.\d+)?) ?GiB")
+_MAX_SEQ_LEN_RE = re.compile(rf"Initializing a V1 LLM engine .*?\bmax_seq_len=(?P<len>{_INT})")
+_LOADING_RE = re.compile(rf"Model loading took (?P<gib>{_DEC}) ?GiB")
+_AVAILABLE_KV_RE = re.compile(rf"Available KV cache memory: (?P<gib>{_DEC}) ?GiB")
 _CPU_KV_RE = re.compile(
-    r"(?P<how>Explicitly|Auto) set \((?P<gib>\d+(?:\.\d+)?)/(?P<total>\d+(?:\.\d+)?)\) GiB "
+    rf"(?P<how>Explicitly|Auto) set \((?P<gib>{_DEC})/(?P<total>{_DEC})\) GiB "
     r"for KV cache on node"
 )
 _KV_SIZE_RE = re.compile(
-    r"(?P<device>[A-Z]+)(?: \+ host)? KV cache size: (?P<tokens>[\d,]+) tokens"
+    rf"(?P<device>[A-Z]+)(?: \+ host)? KV cache size: (?P<tokens>{_GROUPED}) tokens"
 )
 _CONCURRENCY_RE = re.compile(
-    r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: (?P<x>\d+(?:\.\d+)?)x"
+    rf"Maximum concurrency for (?P<len>{_GROUPED}) tokens per request: (?P<x>{_DEC})x"
 )
-_HYBRID_BLOCK_RE = re.compile(r"Setting attention block size to (?P<n>\d+) tokens")
+_HYBRID_BLOCK_RE = re.compile(rf"Setting attention block size to (?P<n>{_INT}) tokens")
 _FREE_ON_DEVICE_RE = re.compile(
-    r"Free memory on device \((?P<free>\d+(?:\.\d+)?)/(?P<total>\d+(?:\.\d+)?) GiB\)"
+    rf"Free memory on device \((?P<free>{_DEC})/(?P<total>{_DEC}) GiB\)"
 )
 _REFUSALS: tuple[tuple[Refusal, re.Pattern[str]], ...] = (
     (Refusal.OUT_OF_MEMORY, re.compile(r"OutOfMemoryError|CUDA out of memory|out of memory")),
@@ -151,9 +157,10 @@ _REFUSALS: tuple[tuple[Refusal, re.Pattern[str]], ...] = (
         ),
     ),
 )
-_ESTIMATED_LEN_RE = re.compile(r"estimated maximum model length is (?P<n>\d+)")
+_ESTIMATED_LEN_RE = re.compile(rf"estimated maximum model length is (?P<n>{_INT})")
 _MAMBA_NUMBERS_RE = re.compile(
-    r"max_num_seqs \((?P<seqs>\d+)\) exceeds available Mamba cache blocks \((?P<blocks>\d+)\)"
+    rf"max_num_seqs \((?P<seqs>{_INT})\) exceeds available Mamba cache blocks "
+    rf"\((?P<blocks>{_INT})\)"
 )
 
 
@@ -165,12 +172,35 @@ def split_prefix(line: str) -> tuple[str, str]:
     return (m.group("proc") or "").strip(), m.group("message").strip()
 
 
+MAX_ARGS_CHARS = 100_000  # a non-default-args line longer than this states no fact
+MAX_ARG_INT = 2**63 - 1  # an argument past 64 bits is no setting vLLM took
+
+
+def _is_plausible(value: Any) -> bool:
+    """Every number in a literal within 64 bits and finite (vLLM logs no others)."""
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return abs(value) <= MAX_ARG_INT
+    if isinstance(value, float):
+        return value == value and abs(value) != float("inf")
+    if isinstance(value, dict):
+        return all(_is_plausible(k) and _is_plausible(v) for k, v in value.items())
+    if isinstance(value, list | tuple | set | frozenset):
+        return all(_is_plausible(v) for v in value)
+    return True
+
+
 def _literal_dict(text: str) -> dict[str, Any]:
+    """The dict a ``non-default args`` line prints, or {} where it is not one a vLLM
+    printed: unparsable, nested past Python's limit, or holding an implausible number."""
+    if len(text) > MAX_ARGS_CHARS:
+        return {}
     try:
         value = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, RecursionError, MemoryError, TypeError):
         return {}
-    return value if isinstance(value, dict) else {}
+    return value if isinstance(value, dict) and _is_plausible(value) else {}
 
 
 def read_line(line: str) -> tuple[LogFact, ...]:

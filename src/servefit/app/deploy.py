@@ -30,6 +30,7 @@ from servefit.adapters.manifest_spec import (
     flag_value,
     image_for,
 )
+from servefit.adapters.redact import write_text
 from servefit.app.deployment import Deployment
 from servefit.app.plan import PlanOutcome, plan_deployment
 from servefit.core.load_time import LoadTimeEstimate, estimate_load_time
@@ -223,7 +224,7 @@ def write_manifests(spec: ManifestSpec, out_dir: Path, *, force: bool = False) -
     for relative, text in files.items():
         path = out_dir / relative
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        write_text(path, text)
         if relative.endswith(".sh"):
             path.chmod(0o755)
         written.append(path)

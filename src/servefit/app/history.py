@@ -49,7 +49,6 @@ from servefit.adapters.history import (
     select_run_dirs,
     select_runs,
 )
-from servefit.adapters.redact import redact_data
 from servefit.errors import InvalidArgumentError
 
 __all__ = [
@@ -177,9 +176,10 @@ def record_run(
     *,
     created: datetime | None = None,
 ) -> int:
-    """Record one run in one transaction; its id. ``inputs`` (flags as given) are redacted
-    of secrets here; ``results`` are the document the command wrote, kept as written (each
-    command redacts its own documents). ``created`` defaults to now (tests pass a clock)."""
+    """Record one run in one transaction; its id. ``inputs`` (flags as given) and
+    ``results`` (the document the command wrote) are redacted of secrets as the store
+    writes them (:mod:`servefit.adapters.history`). ``created`` defaults to now (tests pass
+    a clock)."""
     if kind not in KINDS:
         raise InvalidArgumentError(f"run kind {kind!r}: one of {', '.join(KINDS)}")
     run = NewRun(
@@ -189,7 +189,7 @@ def record_run(
         deployment_key=deployment_key.text,
         model=deployment_key.model,
         gpu=deployment_key.gpu,
-        inputs=redact_data(dict(inputs)),
+        inputs=dict(inputs),
         results=dict(results),
         predicted=predicted or Headline(),
         measured=measured or Headline(),
@@ -222,8 +222,14 @@ def list_runs(
     return select_runs(db_path, query)
 
 
+MAX_RUN_ID = 2**63 - 1  # SQLite's largest rowid
+
+
 def get_run(db_path: Path, run_id: int) -> RunRecord | None:
-    """One run with its full inputs and results; None when there is no such id."""
+    """One run with its full inputs and results; None when there is no such id (an id
+    past SQLite's 64-bit rowids, or below 1, names none)."""
+    if not 1 <= run_id <= MAX_RUN_ID:
+        return None
     return select_run(db_path, run_id)
 
 

@@ -25,6 +25,29 @@ if TYPE_CHECKING:
 DETECTED_NAMES = frozenset({"auto", "cpu", "host", "host-cpu"})
 
 
+# The smallest device servefit plans: no accelerator vLLM, llama.cpp or MLX serves an LLM on
+# has less than 1 GiB (the smallest CUDA 12 boards carry 2 GB), and an NVIDIA driver keeps
+# ~0.5 GiB of any card for itself (engine.DRIVER_RESERVED_BYTES).
+MIN_DEVICE_MEMORY_GIB = 1.0
+MIN_DEVICE_BANDWIDTH_GB_PER_S = 1.0  # below a 2000s PCIe link: a typo, not a device
+
+
+def _check_described(hw: Hardware) -> None:
+    """A device described by flags is one that could serve a model, or a clear error."""
+    if hw.memory_gib is not None and not hw.memory_gib >= MIN_DEVICE_MEMORY_GIB:
+        raise InvalidArgumentError(
+            f"--gpu-memory-gib {hw.memory_gib:g}: not a GPU's memory; give it in GiB "
+            f"(at least {MIN_DEVICE_MEMORY_GIB:g}: 24 for a 24 GB card, 80 for an H100)"
+        )
+    if hw.bandwidth_gb_per_s is not None and not (
+        hw.bandwidth_gb_per_s >= MIN_DEVICE_BANDWIDTH_GB_PER_S
+    ):
+        raise InvalidArgumentError(
+            f"--gpu-bandwidth-gbps {hw.bandwidth_gb_per_s:g}: not a GPU's memory bandwidth; "
+            f"give it in GB/s (at least {MIN_DEVICE_BANDWIDTH_GB_PER_S:g}: 3350 for an H100)"
+        )
+
+
 def resolve_gpu(hw: Hardware, calibration: CalibrationDocument | None = None) -> GpuSpec:
     """The catalog GPU, a custom one, this machine's (``--gpu auto``, ``--gpu cpu``), or
     (with only a calibration) the measured device."""
@@ -41,6 +64,7 @@ def resolve_gpu(hw: Hardware, calibration: CalibrationDocument | None = None) ->
         from servefit.adapters.detect import detect
 
         return detect(hw.gpu).device  # this machine: NVIDIA GPUs through NVML, or its CPU
+    _check_described(hw)
     base = find_gpu(hw.gpu) if hw.gpu else None
     if base is not None and hw.memory_gib is None and hw.bandwidth_gb_per_s is None:
         return base

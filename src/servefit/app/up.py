@@ -36,7 +36,7 @@ from typing import Any
 
 from servefit.adapters import launcher
 from servefit.adapters.detect import DetectedHardware, detect
-from servefit.adapters.redact import redact_argv
+from servefit.adapters.redact import argv_secret_values, redact_argv, write_text
 from servefit.adapters.vllm_log import LogFact, StartupLog
 from servefit.app.check_log import (
     Comparison,
@@ -211,9 +211,22 @@ def engine_env() -> dict[str, str]:
 # -------------------------------------------------------------------- 6. launch and watch
 
 
-def _get(url: str, timeout_s: float = 3.0) -> tuple[int, bytes]:
+def engine_api_key(command: list[str], env: dict[str, str]) -> str | None:
+    """The key the engine will demand (``--api-key KEY``, else ``VLLM_API_KEY``): up's own
+    probes and smoke bench send it, as any client of that server must."""
+    for i, arg in enumerate(command):
+        if arg.startswith("--api-key="):
+            return arg.partition("=")[2] or None
+        if arg == "--api-key" and i + 1 < len(command) and not command[i + 1].startswith("--"):
+            return command[i + 1]
+    return env.get("VLLM_API_KEY") or None
+
+
+def _get(url: str, timeout_s: float = 3.0, api_key: str | None = None) -> tuple[int, bytes]:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        request = urllib.request.Request(url, headers=headers)
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, b""
@@ -221,12 +234,12 @@ def _get(url: str, timeout_s: float = 3.0) -> tuple[int, bytes]:
         return 0, b""
 
 
-def is_ready(base_url: str) -> bool:
+def is_ready(base_url: str, api_key: str | None = None) -> bool:
     """``/health`` answers 200 and ``/v1/models`` lists a model."""
     status, _ = _get(f"{base_url}/health")
     if status != 200:
         return False
-    status, body = _get(f"{base_url}/v1/models")
+    status, body = _get(f"{base_url}/v1/models", api_key=api_key)
     if status != 200:
         return False
     with contextlib.suppress(ValueError):
@@ -234,12 +247,12 @@ def is_ready(base_url: str) -> bool:
     return False
 
 
-def served_block_size(base_url: str) -> LogFact | None:
+def served_block_size(base_url: str, api_key: str | None = None) -> LogFact | None:
     """The block size the engine runs with, from ``vllm:cache_config_info`` on ``/metrics``
     (vLLM logs it only when a hybrid model raises it)."""
     import re
 
-    status, body = _get(f"{base_url}/metrics", timeout_s=10)
+    status, body = _get(f"{base_url}/metrics", timeout_s=10, api_key=api_key)
     if status != 200:
         return None
     for line in body.decode(errors="replace").splitlines():
@@ -350,15 +363,19 @@ def run_up(req: UpRequest, say: Say, echo: Say | None = None) -> UpResult:
     run_dir = req.run_dir or default_run_dir()
     run_dir.mkdir(parents=True, exist_ok=True)
     result.run_dir = run_dir
-    (run_dir / "plan.json").write_text(
-        outcome_document(outcome).model_dump_json(indent=2), encoding="utf-8"
+    # what runs keeps its secrets; what is written does not
+    secrets = argv_secret_values(command)
+    write_text(
+        run_dir / "plan.json", outcome_document(outcome).model_dump_json(indent=2), secrets=secrets
     )
-    shown = redact_argv(command)  # what runs keeps its secrets; what is written does not
-    (run_dir / "command.json").write_text(json.dumps(shown, indent=2), encoding="utf-8")
+    shown = redact_argv(command)
+    write_text(run_dir / "command.json", json.dumps(shown, indent=2), secrets=secrets)
     say(f"Launching: {' '.join(shown)}")
     say(f"  log: {run_dir / 'vllm.log'}")
 
     base_url = f"http://{req.host}:{req.port}"
+    env = engine_env()
+    api_key = engine_api_key(command, env)
     lines: queue.Queue[str] = queue.Queue()
     watch = StartupWatch(resolved=resolved, plan=plan, say=say)
     t_launch = time.monotonic()
@@ -366,7 +383,7 @@ def run_up(req: UpRequest, say: Say, echo: Say | None = None) -> UpResult:
         with launcher.supervised(
             command,
             log_path=run_dir / "vllm.log",
-            env=engine_env(),
+            env=env,
             on_line=lines.put,
             grace_s=req.stop_grace_s,
         ) as child:
@@ -381,7 +398,7 @@ def run_up(req: UpRequest, say: Say, echo: Say | None = None) -> UpResult:
                 if time.monotonic() > deadline:
                     say(f"Not ready after {req.startup_timeout_s:.0f} s: stopping the engine.")
                     break
-                ready = is_ready(base_url)
+                ready = is_ready(base_url, api_key)
             if not ready:
                 child.stop(grace_s=req.stop_grace_s)
                 _drain(lines, watch, echo, 0.5)
@@ -400,7 +417,7 @@ def run_up(req: UpRequest, say: Say, echo: Say | None = None) -> UpResult:
                 return result
             now = time.monotonic()
             result.ready_s, result.launch_to_ready_s = now - t0, now - t_launch
-            block = served_block_size(base_url)
+            block = served_block_size(base_url, api_key)
             if block is not None:
                 watch.hold(block)
             _drain(lines, watch, echo, 0.0)
@@ -413,7 +430,9 @@ def run_up(req: UpRequest, say: Say, echo: Say | None = None) -> UpResult:
             result.exit_code = 0
             if req.smoke_requests:
                 say(f"Smoke bench: {req.smoke_requests} requests of the planned workload ...")
-                result.smoke = smoke_bench(outcome, base_url, req.smoke_requests, run_dir / "bench")
+                result.smoke = smoke_bench(
+                    outcome, base_url, req.smoke_requests, run_dir / "bench", api_key=api_key
+                )
                 s = result.smoke
                 say(
                     f"  {s['successful']} ok, {s['errored']} errors, {s['incomplete']} incomplete;"

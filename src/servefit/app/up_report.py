@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from servefit.adapters.redact import redact_argv
+from servefit.adapters.redact import redact_argv, write_text
 from servefit.adapters.vllm_log import StartupLog
 from servefit.app.check_log import Comparison, LogRefusal
 from servefit.app.plan import PlanOutcome
@@ -63,7 +63,12 @@ def describe(c: Comparison) -> str:
 
 
 def smoke_bench(
-    outcome: PlanOutcome, base_url: str, num_requests: int, out_dir: Path
+    outcome: PlanOutcome,
+    base_url: str,
+    num_requests: int,
+    out_dir: Path,
+    *,
+    api_key: str | None = None,
 ) -> dict[str, Any]:
     """A short bench of the planned workload (``servefit.bench``), predicted next to measured."""
     from servefit.bench.config import BenchConfig
@@ -84,7 +89,7 @@ def smoke_bench(
         schedule=Schedule(concurrency=concurrency),
         timeout_s=600.0,
     )
-    result = run(cfg, api_key=None, out_dir=out_dir)
+    result = run(cfg, api_key=api_key, out_dir=out_dir)
     s = result.summary
     perf = outcome.performance
     return {
@@ -166,7 +171,7 @@ def write_report(run_dir: Path, outcome: PlanOutcome, result: UpResult, hw: str)
             "Predictions on a CPU rest on an assumed memory bandwidth and the generic "
             "efficiency profile; capacity figures do not.",
         ]
-    (run_dir / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_text(run_dir / "report.md", "\n".join(lines) + "\n")
 
 
 def startup_doc(result: UpResult, log: StartupLog) -> dict[str, Any]:
@@ -187,9 +192,7 @@ def default_run_dir() -> Path:
 
 
 def write_startup(run_dir: Path, result: UpResult, log: StartupLog) -> None:
-    (run_dir / "startup.json").write_text(
-        json.dumps(startup_doc(result, log), indent=2), encoding="utf-8"
-    )
+    write_text(run_dir / "startup.json", json.dumps(startup_doc(result, log), indent=2))
 
 
 def num(value: float | None) -> str:

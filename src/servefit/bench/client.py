@@ -11,6 +11,7 @@ record keeps of a server's error (a body that may echo the request's headers) go
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import time
@@ -24,7 +25,7 @@ import orjson
 from servefit.adapters.redact import REDACTED, redact_text
 from servefit.bench.records import Outcome, RequestRecord, TokenSource
 from servefit.bench.sse import MalformedStreamError, StreamState, read_events
-from servefit.errors import ServerError
+from servefit.errors import InvalidArgumentError, ServerError
 
 # the first call, before any request: a server that does not answer this fast is not there
 PROBE_TIMEOUT = aiohttp.ClientTimeout(total=30)
@@ -75,13 +76,24 @@ class OpenAIClient:
         timeout_s: float = 600.0,
         session_affinity: bool = False,
         continuous_usage: bool = False,
+        credentials: str | None = None,
     ) -> None:
         self.base_urls = [u.rstrip("/") for u in base_urls]
         self.model = model
         self._headers = {"Content-Type": "application/json"}
         self._secrets = [api_key] if api_key else []
+        if api_key and credentials:
+            raise InvalidArgumentError(
+                "the server URL carries user-info and an API key is set: HTTP sends one "
+                "Authorization header; give one of them"
+            )
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
+        elif credentials:  # the URL's user-info, as HTTP Basic authentication
+            token = base64.b64encode(credentials.encode("utf-8")).decode("ascii")
+            self._headers["Authorization"] = f"Basic {token}"
+            password = credentials.partition(":")[2]
+            self._secrets += [token, password] if password else [token]
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=timeout_s)
         self._affinity = session_affinity
         self._continuous_usage = continuous_usage

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from servefit.bench.schedules import Schedule
 from servefit.bench.workloads import WorkloadConfig
@@ -57,7 +57,19 @@ def base_url(url: str) -> str:
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[: -len("/v1")].rstrip("/")
-    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+    # user-info never stays in the URL: it is kept apart (url_credentials) and sent as a
+    # header, so no document, line or history row that shows the URL shows it
+    netloc = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, netloc, path, "", ""))
+
+
+def url_credentials(url: str) -> str | None:
+    """``http://user:pa%40ss@host`` -> ``"user:pa@ss"`` (percent-decoded, as HTTP Basic
+    authentication sends it), or None for a URL without user-info."""
+    parts = urlsplit(url.strip())
+    if parts.username is None:
+        return None
+    return f"{unquote(parts.username)}:{unquote(parts.password or '')}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,12 +87,23 @@ class BenchConfig:
     tokenizer_path: str | None = None  # count prompt tokens locally instead of /tokenize
     workers: int = 1  # client processes (each its own event loop) for rates one core cannot drive
     max_error_rate: float = 0.0  # the run fails (exit 1) when more of its requests failed
+    # "user:password" from the URLs' user-info, sent as HTTP Basic authentication; never
+    # shown (repr) and never in a document (the URLs above are stored without it)
+    credentials: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not self.base_urls:
             raise InvalidArgumentError("give the server's base URL (http://host:port)")
+        given = {c for c in map(url_credentials, self.base_urls) if c is not None}
+        if len(given) > 1:
+            raise InvalidArgumentError(
+                "the server URLs carry different user-info: give every replica the same "
+                "credentials (or put them behind one proxy)"
+            )
         # frozen: the normalised URLs replace the given spellings once, here
         object.__setattr__(self, "base_urls", tuple(base_url(u) for u in self.base_urls))
+        if given:
+            object.__setattr__(self, "credentials", given.pop())
         if self.warmup_requests < 0:
             raise InvalidArgumentError("--warmup must not be negative")
         # 0 is no limit to aiohttp: a timeout of 0 would wait forever, so it is refused

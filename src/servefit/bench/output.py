@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servefit.adapters.redact import redact_text, write_text
 from servefit.bench.records import RequestRecord
 from servefit.errors import InvalidArgumentError
 
@@ -40,7 +41,7 @@ def write_document(directory: Path, name: str, doc: Any) -> None:
     """A pydantic document as indented JSON (``summary.json``, ``sweep.json``)."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / name).write_text(doc.model_dump_json(indent=2), encoding="utf-8")
+        write_text(directory / name, doc.model_dump_json(indent=2))
     except OSError as error:
         raise _unwritable(directory, error) from None
 
@@ -67,7 +68,7 @@ class ResultWriter:
         self.records.append(record)
         if self._file is not None and self.error is None:
             try:
-                self._file.write(record.model_dump_json() + "\n")
+                self._file.write(redact_text(record.model_dump_json()) + "\n")
                 self._file.flush()
             except OSError as error:
                 self.error = error  # raised once the run is over (see check)

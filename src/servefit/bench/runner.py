@@ -223,6 +223,7 @@ async def run_bench(
         api_key=api_key,
         timeout_s=cfg.timeout_s,
         session_affinity=cfg.session_affinity,
+        credentials=cfg.credentials,
     )
     try:
         with interrupt.watch():

@@ -76,6 +76,7 @@ def _worker(
             api_key=api_key,
             timeout_s=cfg.timeout_s,
             session_affinity=cfg.session_affinity,
+            credentials=cfg.credentials,
         )
         async with client:
             with contextlib.suppress(ServerError):  # then its requests record the failure

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from servefit.adapters.redact import write_text
 from servefit.cli.output import fail
 from servefit.errors import ServefitError
 
@@ -100,7 +101,7 @@ def calibrate(
                 command=command,
             )
         if output:
-            Path(output).write_text(doc.model_dump_json(indent=2) + "\n", encoding="utf-8")
+            write_text(Path(output), doc.model_dump_json(indent=2) + "\n")
     except ServefitError as error:
         fail(error)
     if as_json:

@@ -48,13 +48,44 @@ def _given_settings() -> list[str]:
     ]
 
 
+MAX_LOG_BYTES = 64 * 2**20  # a startup log is ~100 KiB; a pod's whole log may be more
+MAX_LINE_BYTES = 64 * 2**10  # vLLM's longest startup line (the engine config) is ~5 KiB
+
+
 def _read_lines(path: str) -> list[str]:
-    if path == "-":
-        return sys.stdin.read().splitlines()
+    """The log's lines, read one at a time: at most :data:`MAX_LOG_BYTES` of it (the startup
+    comes first; the rest is not read, and that is said) and a line cut at
+    :data:`MAX_LINE_BYTES` (``/dev/zero`` is read as cut lines up to the limit)."""
     try:
-        return Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+        stream = sys.stdin.buffer if path == "-" else Path(path).open("rb")  # noqa: SIM115
     except OSError as exc:
         raise InvalidArgumentError(f"LOG {path}: cannot be read ({exc.strerror})") from None
+    lines: list[str] = []
+    read_bytes = 0
+    try:
+        while read_bytes < MAX_LOG_BYTES:
+            raw = stream.readline(MAX_LINE_BYTES)
+            if not raw:
+                break
+            read_bytes += len(raw)
+            if not raw.endswith(b"\n"):  # a cut line: skip to its end, within the limit
+                while read_bytes < MAX_LOG_BYTES and (rest := stream.readline(MAX_LINE_BYTES)):
+                    read_bytes += len(rest)
+                    if rest.endswith(b"\n"):
+                        break
+            lines.append(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+        else:
+            click.echo(
+                f"warning: LOG {path}: only its first {MAX_LOG_BYTES // 2**20} MiB were read "
+                "(a startup log is far shorter; the startup comes first)",
+                err=True,
+            )
+    except OSError as exc:
+        raise InvalidArgumentError(f"LOG {path}: cannot be read ({exc.strerror})") from None
+    finally:
+        if path != "-":
+            stream.close()
+    return lines
 
 
 @click.command(name="check-log")

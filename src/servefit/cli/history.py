@@ -77,6 +77,7 @@ def history(
     """The run history: every `plan --save`, `bench`, `up` and `report` run, newest first,
     predicted next to measured. `servefit history show ID` prints one run in full."""
     if ctx.invoked_subcommand is not None:
+        ctx.obj = db  # `history --db FILE show ID`: the group's --db holds for show
         return
     from servefit.app.history import list_runs, resolve_db_path
 
@@ -100,13 +101,14 @@ def history(
 @click.argument("run_id", type=int)
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
 @DB_OPTION
-def show(run_id: int, as_json: bool, db: str | None) -> None:
+@click.pass_context
+def show(ctx: click.Context, run_id: int, as_json: bool, db: str | None) -> None:
     """One recorded run: its deployment, headline numbers, inputs and results."""
     import json
 
     from servefit.app.history import get_run, resolve_db_path
 
-    path = resolve_db_path(db)
+    path = resolve_db_path(db if db is not None else ctx.obj)
     try:
         run = get_run(path, run_id)
         if run is None:

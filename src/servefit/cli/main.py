@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from servefit import __version__
-from servefit.cli.output import EXIT_INTERNAL, EXIT_INTERRUPTED
+from servefit.cli.output import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE
 
 # command name -> "module:function"
 COMMANDS = {
@@ -66,9 +66,26 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None) -> Any:
     """The console entry point: a servefit bug exits 3 with one line to report, never 1
-    (which scripts read as "does not fit")."""
+    (which scripts read as "does not fit"); Ctrl-C exits 130, never click's "Aborted!" and
+    1. Everything it prints goes through the one redaction (secrets of its command line,
+    of the environment, URL credentials), whatever the command."""
+    from servefit.adapters.redact import redact_standard_streams
+
+    args = sys.argv[1:] if argv is None else argv
+    redact_standard_streams(args)
     try:
-        return cli.main(args=argv, prog_name="servefit", standalone_mode=True)
+        # standalone_mode=False: click would turn Ctrl-C into "Aborted!" and exit 1
+        outcome = cli.main(args=args, prog_name="servefit", standalone_mode=False)
+    except click.exceptions.Abort as error:
+        # click raises Abort from the KeyboardInterrupt (or from an EOF at a prompt)
+        if isinstance(error.__cause__, EOFError):
+            click.echo("error: standard input ended where an answer was expected", err=True)
+            sys.exit(EXIT_USAGE)
+        click.echo("interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except click.ClickException as error:  # a usage error: click's message, its code (2)
+        error.show()
+        sys.exit(error.exit_code)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
@@ -83,6 +100,8 @@ def main(argv: list[str] | None = None) -> Any:
             err=True,
         )
         sys.exit(EXIT_INTERNAL)
+    # a command that returns instead of exiting: --help and --version (click's Exit code)
+    sys.exit(outcome if isinstance(outcome, int) else 0)
 
 
 if __name__ == "__main__":

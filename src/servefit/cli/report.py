@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from servefit.adapters.redact import write_text
 from servefit.cli.history import history_options, record_quietly
 from servefit.cli.options import build_deployment, deployment_options, task_options
 from servefit.cli.output import fail
@@ -107,7 +108,7 @@ def report(
             text = {"md": rep.render_markdown, "html": rep.render_html, "json": rep.dumps}[fmt](doc)
         if output:
             try:
-                Path(output).write_text(text, encoding="utf-8")
+                write_text(Path(output), text)
             except OSError as error:
                 raise InvalidArgumentError(
                     f"cannot write the report to {output}: {error.strerror}"

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from servefit.cli.output import fail
-from servefit.errors import InvalidArgumentError
+from servefit.errors import InvalidArgumentError, ServefitError
 
 
 @click.command()
@@ -39,9 +39,7 @@ def ui(
     """Serve the page: pick a model, GPU, vLLM flags and workload, and watch the verdict,
     memory, speed and cost move; compare deployments; open a run's report. Every state is a
     URL; the page loads nothing from the network."""
-    from aiohttp import web
-
-    from servefit.ui.server import is_loopback, make_app
+    from servefit.ui.server import is_loopback, make_app, serve
 
     folders = []
     for run in runs:
@@ -55,21 +53,21 @@ def ui(
             f"{port} can use the page and read the registered runs' reports",
             err=True,
         )
-    url_host = f"[{host}]" if ":" in host else host
-    url = f"http://{url_host}:{port}/"
-
-    async def on_startup(app: web.Application) -> None:
-        click.echo(f"servefit ui: {url} (Ctrl-C stops it)", err=True)
-        if open_browser:
-            import webbrowser
-
-            webbrowser.open(url)
-
     history_db = None
     if not no_history:
         from servefit.app.history import resolve_db_path
 
         history_db = resolve_db_path(db)
     app = make_app(folders, history_db)
-    app.on_startup.append(on_startup)
-    web.run_app(app, host=host, port=port, print=None, handle_signals=True)
+
+    def on_listening(url: str) -> None:  # the port the OS gave, where --port 0 asked it to
+        click.echo(f"servefit ui: {url} (Ctrl-C stops it)", err=True)
+        if open_browser:
+            import webbrowser
+
+            webbrowser.open(url)
+
+    try:
+        serve(app, host, port, on_listening)
+    except ServefitError as error:
+        fail(error)

@@ -81,6 +81,8 @@ class VllmBehaviour:
     has_hybrid_prefix_caching: bool  # prefix caching keeps 2 state blocks per request (align mode)
     # align mode keeps one more block per request in each Mamba-2 layer (a prefill checkpoint)
     has_mamba2_checkpoint_block: bool = False
+    # the --block-size values vLLM's argument parser takes (None: any positive integer)
+    block_size_choices: tuple[int, ...] | None = None
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -124,7 +126,52 @@ def vllm_behaviour(version: str = DEFAULT_VLLM_VERSION) -> VllmBehaviour:
         # with --enable-prefix-caching on the CPU build logs 5102.33x = 15,307 blocks / 3. The
         # release that added it was not identified: servefit switches at 0.32.
         has_mamba2_checkpoint_block=v >= (0, 32),
+        block_size_choices=_block_size_choices(v),
     )
+
+
+# vLLM's CacheConfig.block_size: ``BlockSize = Literal[1, 8, 16, 32, 64, 128]`` in the 0.10
+# monolithic vllm/config.py; ``Literal[1, 8, 16, 32, 64, 128, 256]`` in vllm/config/cache.py
+# once it was split out; ``int = Field(gt=0)`` in the v0.32.0 wheel (vllm/config/cache.py),
+# where the attention backend judges it instead (check_block_size). The releases between
+# were not each read: servefit switches to 256 at 0.11 and to any integer at 0.32.
+_BLOCK_SIZES_0_10 = (1, 8, 16, 32, 64, 128)
+_BLOCK_SIZES_0_11 = (*_BLOCK_SIZES_0_10, 256)
+
+
+def _block_size_choices(v: tuple[int, int]) -> tuple[int, ...] | None:
+    if v >= (0, 32):
+        return None
+    return _BLOCK_SIZES_0_11 if v >= (0, 11) else _BLOCK_SIZES_0_10
+
+
+def check_block_size(
+    block_size: int | None,
+    behaviour: VllmBehaviour,
+    *,
+    kernel_block_size: int,
+    uses_attention_kernel: bool = True,
+) -> None:
+    """Refuse a ``--block-size`` vLLM would refuse: one its release's parser does not take,
+    or one its attention backend cannot split into kernel blocks (v0.32.0
+    vllm/v1/worker/utils.py ``select_common_block_size``: the block must be a multiple of
+    the backend's ``get_supported_kernel_block_sizes``, ``MultipleOf(16)`` for CUDA's
+    FlashAttention, Triton and ROCm's backends, ``MultipleOf(32)`` for the CPU's)."""
+    if block_size is None:
+        return
+    choices = behaviour.block_size_choices
+    if choices is not None and block_size not in choices:
+        raise InvalidArgumentError(
+            f"--block-size {block_size}: vLLM {behaviour.version} takes "
+            f"{', '.join(map(str, choices))}"
+        )
+    if uses_attention_kernel and block_size % kernel_block_size:
+        raise InvalidArgumentError(
+            f"--block-size {block_size}: vLLM's attention backend here works in blocks of "
+            f"{kernel_block_size} tokens, so the block must be a multiple of "
+            f"{kernel_block_size} ({kernel_block_size}, {2 * kernel_block_size}, "
+            f"{4 * kernel_block_size}, ...)"
+        )
 
 
 def server_batch_defaults(

@@ -276,12 +276,28 @@ def text_and_vision(config: Config, where: str = "config.json") -> tuple[Config,
     return config, None
 
 
+# The dtypes a model computes in (vLLM's _STR_DTYPE_TO_TORCH_DTYPE, vllm/config/model.py):
+# an integer or 8/4-bit torch_dtype is a storage format, which only a quantization_config
+# can make loadable; without one vLLM has no dtype to run it in.
+COMPUTE_DTYPES = frozenset(
+    {"float32", "float", "fp32", "float16", "half", "fp16", "bfloat16", "bf16"}
+)
+
+
 def _dtype(f: Fields) -> str:
     dtype = f.text("torch_dtype", "dtype", default="bfloat16").removeprefix("torch.")
     if dtype.lower() not in DTYPE_BYTES:
         raise ConfigError(
             f"{f.where}: torch_dtype {dtype!r} is not a dtype; expected one of "
             f"{', '.join(sorted(DTYPE_BYTES))}"
+        )
+    is_quantized = any(f.config.get(k) is not None for k in ("quantization_config", "quantization"))
+    if dtype.lower() not in COMPUTE_DTYPES and not is_quantized:
+        raise ConfigError(
+            f"{f.where}: torch_dtype {dtype!r} is a storage format, not a dtype vLLM computes "
+            "in, and the config has no quantization_config to say how the weights are "
+            "packed: vLLM cannot load it. A quantized checkpoint carries its "
+            "quantization_config (and a float torch_dtype, e.g. bfloat16)"
         )
     return dtype
 

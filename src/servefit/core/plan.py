@@ -205,6 +205,14 @@ def plan_capacity(
     if settings.mamba_ssm_cache_dtype != "auto":  # the user's flag wins over the hook
         mamba_ssm_dtype = settings.mamba_ssm_cache_dtype
     r, behaviour = resolve_settings(spec, gpu, settings)
+    # an MLA model's block is the MLA backend's own (the CPU forces 16), a pure Mamba has
+    # no attention kernel: the kernel multiple binds the others
+    engine.check_block_size(
+        settings.block_size,
+        behaviour,
+        kernel_block_size=kernel_block_size,
+        uses_attention_kernel=not is_attention_free(spec) and MixerKind.MLA not in spec.mixer_kinds,
+    )
     tp, pp = r.tensor_parallel_size, r.pipeline_parallel_size
     check_parallel_layout(spec, tp, pp)
     # quantized weights as the kernel vLLM picks on this GPU lays them out (Marlin, ...)

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from servefit import __version__
 from servefit.adapters.catalog import gpu_catalog
-from servefit.adapters.redact import redact_data, redact_home
+from servefit.adapters.redact import redact_data, redact_home, write_text
 from servefit.core.model_spec import ModelSpec
 from servefit.core.plan import ServeSettings
 from servefit.core.weights import weight_bytes
@@ -83,7 +83,7 @@ def shareable_facts_json(facts: HostFacts) -> str:
 
 def record_facts(facts: HostFacts, path: Path) -> None:
     try:
-        path.write_text(shareable_facts_json(facts), encoding="utf-8")
+        write_text(path, shareable_facts_json(facts))
     except OSError as exc:
         raise InvalidArgumentError(
             f"--record {path}: cannot be written ({exc.strerror or exc})"

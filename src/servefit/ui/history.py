@@ -17,6 +17,7 @@ from servefit.ui.query import FieldError
 if TYPE_CHECKING:
     from servefit.adapters.history import Headline, RunRecord
 
+MAX_SHOWN_ID_CHARS = 40  # of a run id quoted in an error
 HISTORY_PREFIX = "h"  # a history run's id on the page: h<id> (registered folders: 1, 2, ...)
 MAX_LISTED = 100
 # the deployment key's settings (app.history.DeploymentKey.text) -> the page's fields
@@ -119,9 +120,11 @@ def history_run_folder(db: Path | None, run_id: str) -> Path:
     from servefit.app.history import get_run
 
     number = run_id.removeprefix(HISTORY_PREFIX)
-    if db is None or not number.isdigit():
-        raise FieldError("run", f"no run {run_id!r} (registered: servefit ui --run DIR)")
+    shown = run_id if len(run_id) <= MAX_SHOWN_ID_CHARS else f"{run_id[:MAX_SHOWN_ID_CHARS]}..."
+    # ASCII digits only ("²".isdigit() is true, int("²") fails), at most a 64-bit rowid
+    if db is None or not (number.isascii() and number.isdigit() and len(number) <= 19):
+        raise FieldError("run", f"no run {shown!r} (registered: servefit ui --run DIR)")
     run = get_run(db, int(number))
     if run is None or not _has_folder(run) or run.run_dir is None:
-        raise FieldError("run", f"history run {run_id!r} has no run folder to open")
+        raise FieldError("run", f"history run {shown!r} has no run folder to open")
     return Path(run.run_dir)

@@ -23,6 +23,7 @@ Every bad input is a 400 whose JSON names the field; a path is never read from a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
@@ -31,7 +32,7 @@ from typing import Any
 
 from aiohttp import web
 
-from servefit.errors import ServefitError
+from servefit.errors import InvalidArgumentError, ServefitError
 from servefit.ui.query import FIELDS, FieldError, check_model_name, parse_query
 from servefit.ui.views import PageState
 
@@ -89,6 +90,22 @@ def _bad_request(error: ServefitError) -> web.Response:
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_TEXT_TYPES = ("application/json", "text/")
+
+
+def _redact_body(response: web.StreamResponse) -> None:
+    """Every answer of the API (JSON, the report's HTML, the plan's export) through the one
+    redaction: a registered run folder or a history row could quote a secret."""
+    from servefit.adapters.redact import redact_text
+
+    if not isinstance(response, web.Response) or not isinstance(response.body, bytes):
+        return
+    if not response.content_type.startswith(_TEXT_TYPES):
+        return
+    text = response.body.decode(response.charset or "utf-8", errors="replace")
+    redacted = redact_text(text)
+    if redacted != text:
+        response.body = redacted.encode(response.charset or "utf-8")
 
 
 @web.middleware
@@ -97,6 +114,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         response = await handler(request)
     except ServefitError as error:
         response = _bad_request(error)
+    if request.path != "/" and not request.path.startswith("/static/"):
+        _redact_body(response)  # the page's own files hold no secret; answers might
     response.headers.setdefault("Content-Security-Policy", CSP)
     response.headers.setdefault("X-Content-Type-Options", "nosniff")
     response.headers.setdefault("Cache-Control", "no-store")
@@ -248,3 +267,38 @@ def make_app(runs: Sequence[Path] = (), history_db: Path | None = None) -> web.A
     app.router.add_get("/api/history/series", history_series)
     app.router.add_post("/api/upload", upload)
     return app
+
+
+def page_url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+
+
+def serve(app: web.Application, host: str, port: int, on_listening: Callable[[str], None]) -> None:
+    """Serve ``app`` until SIGINT or SIGTERM; ``on_listening`` gets the page's URL once the
+    socket is bound, with the port the OS gave where ``port`` is 0. A port that cannot be
+    bound is an :class:`InvalidArgumentError` naming it."""
+    import signal
+
+    async def main() -> None:
+        runner = web.AppRunner(app, handle_signals=False)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, host, port)
+            try:
+                await site.start()
+            except OSError as error:
+                raise InvalidArgumentError(
+                    f"--host {host} --port {port}: cannot listen there "
+                    f"({error.strerror or error}); choose another port (0: any free one)"
+                ) from None
+            on_listening(page_url(host, runner.addresses[0][1]))
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.add_signal_handler(sig, stop.set)
+            await stop.wait()
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(main())

@@ -116,7 +116,8 @@ class PageState:
             return Run(run_id=run_id, path=history_run_folder(self.history_db, run_id))
         run = self.runs.get(run_id)
         if run is None:
-            raise FieldError("run", f"no registered run {run_id!r} (servefit ui --run DIR)")
+            shown = run_id if len(run_id) <= 40 else f"{run_id[:40]}..."
+            raise FieldError("run", f"no registered run {shown!r} (servefit ui --run DIR)")
         return run
 
 
