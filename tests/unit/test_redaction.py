@@ -47,6 +47,11 @@ RECORDINGS = Path(__file__).parent.parent / "golden" / "preflight"
         ("deployment_key", False),  # the history's key of a deployment, not a secret
         ("key", False),  # a Kubernetes Secret's key name ({"name": "hf-token", "key": "token"})
         ("AWS_SECRET_ACCESS_KEY", True),
+        ("token_source", False),  # a bench record's field: where its token counts came from
+        ("time_to_first_token_s", False),
+        ("HF_TOKEN_PATH", False),  # a path to a token, not the token
+        ("--hf-token-secret", False),  # deploy: the name of the Kubernetes Secret
+        ("GITHUB_TOKEN", True),
         ("ssh_private_key", True),
     ],
 )
@@ -115,6 +120,8 @@ def test_text_loses_every_secret(text, secret):
         "vllm serve m --max-num-batched-tokens 8192 --tokenizer org/tok --port 1",
         "a basic check: the key point is the token count, 8192 tokens",
         "driver 580.95.05 supports CUDA 13.0; value 1 of SHORT_KEY stays",
+        "Goodput: time-per-output-token limit in ms",  # a word with dashes is no flag
+        "deployment_key: Qwen/Qwen3-8B|H100|tp=1",
     ],
 )
 def test_ordinary_text_is_left_alone(text):

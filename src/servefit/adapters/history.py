@@ -268,18 +268,22 @@ def _stored_json(value: Any) -> str:
     return json.dumps(redact_data(plain), sort_keys=True)
 
 
+def _stored_text(value: str | None) -> str | None:
+    return None if value is None else redact_text(value)
+
+
 def _values(run: NewRun) -> tuple[Any, ...]:
     """The row as written: nothing reaches the file that the redaction has not seen."""
     return (
         run.kind,
         run.created_utc,
         run.servefit_version,
-        redact_text(run.deployment_key),
-        redact_text(run.model),
-        redact_text(run.gpu),
+        _stored_text(run.deployment_key),
+        _stored_text(run.model),
+        _stored_text(run.gpu),
         _stored_json(run.inputs),
         _stored_json(run.results),
-        None if run.run_dir is None else redact_text(run.run_dir),
+        _stored_text(run.run_dir),
         *(getattr(run.predicted, n) for n in HEADLINE_COLUMNS),
         *(getattr(run.measured, n) for n in HEADLINE_COLUMNS),
     )

@@ -53,7 +53,9 @@ MIN_SECRET_CHARS = 6  # shorter known values ("1", "true") would redact ordinary
 
 _WORD_SPLIT = re.compile(r"[-_.\s]+")
 _FLAG_WITH_VALUE = re.compile(
-    r"(?P<flag>--?[A-Za-z][\w.-]*)(?P<sep>=|[ \t]+)(?!--)(?P<value>'[^']*'|\"[^\"]*\"|\S+)"
+    # a flag starts a word: "time-per-output-token limit" holds no flag "-per-output-token"
+    r"(?<![\w.-])(?P<flag>--?[A-Za-z][\w.-]*)(?P<sep>=|[ \t]+)(?!--)"
+    r"(?P<value>'[^']*'|\"[^\"]*\"|\S+)"
 )
 _MAPPING_ITEM = re.compile(
     r"(?P<q>['\"])(?P<name>[\w.-]+)(?P=q)(?P<sep>\s*:\s*\[?\s*)"
@@ -82,13 +84,18 @@ _REMEMBERED: set[str] = set()
 
 
 def is_secret_name(name: str) -> bool:
-    """``--api-key``, ``api_key``, ``HF_TOKEN``, ``OpenAI-API-Key``: a word of the name is a
-    secret word (``key`` after a qualifier: ``api``, ``access``, ...).
-    ``--max-num-batched-tokens``, ``--tokenizer``, ``kv_cache``, ``deployment_key``: not."""
+    """``--api-key``, ``api_key``, ``HF_TOKEN``, ``OpenAI-API-Key``, ``--ssl-key-password``:
+    the name's last word is a secret word (``key`` after a qualifier: ``api``, ``access``,
+    ...), so the name names the secret itself. ``--max-num-batched-tokens``,
+    ``--tokenizer``, ``token_source``, ``time_to_first_token_s``, ``deployment_key``,
+    ``HF_TOKEN_PATH``, ``--hf-token-secret`` (a Secret's name): not."""
     words = _WORD_SPLIT.split(name.strip("-").lower())
-    if any(w in SECRET_WORDS for w in words):
-        return True
-    return any(w == "key" and i and words[i - 1] in KEY_QUALIFIERS for i, w in enumerate(words))
+    last, before = words[-1], (words[-2] if len(words) > 1 else "")
+    if last == "key":
+        return before in KEY_QUALIFIERS
+    if last == "secret" and before in ("token", "key"):
+        return False  # --hf-token-secret NAME: the name of a Kubernetes Secret, not one
+    return last in SECRET_WORDS
 
 
 def remember_secrets(values: Iterable[str]) -> None:

@@ -19,7 +19,6 @@ The steps, one named call each:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import queue
@@ -27,8 +26,6 @@ import shutil
 import socket
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -49,6 +46,7 @@ from servefit.app.deployment import Deployment
 from servefit.app.plan import PlanOutcome, capacity_for, plan_deployment
 from servefit.app.resolve import Resolved, resolve
 from servefit.app.up_gate import gate_checks
+from servefit.app.up_probe import engine_api_key, is_ready, served_block_size
 from servefit.app.up_report import (
     UpResult,
     default_run_dir,
@@ -209,62 +207,6 @@ def engine_env() -> dict[str, str]:
 
 
 # -------------------------------------------------------------------- 6. launch and watch
-
-
-def engine_api_key(command: list[str], env: dict[str, str]) -> str | None:
-    """The key the engine will demand (``--api-key KEY``, else ``VLLM_API_KEY``): up's own
-    probes and smoke bench send it, as any client of that server must."""
-    for i, arg in enumerate(command):
-        if arg.startswith("--api-key="):
-            return arg.partition("=")[2] or None
-        if arg == "--api-key" and i + 1 < len(command) and not command[i + 1].startswith("--"):
-            return command[i + 1]
-    return env.get("VLLM_API_KEY") or None
-
-
-def _get(url: str, timeout_s: float = 3.0, api_key: str | None = None) -> tuple[int, bytes]:
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        request = urllib.request.Request(url, headers=headers)
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, b""
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-        return 0, b""
-
-
-def is_ready(base_url: str, api_key: str | None = None) -> bool:
-    """``/health`` answers 200 and ``/v1/models`` lists a model."""
-    status, _ = _get(f"{base_url}/health")
-    if status != 200:
-        return False
-    status, body = _get(f"{base_url}/v1/models", api_key=api_key)
-    if status != 200:
-        return False
-    with contextlib.suppress(ValueError):
-        return bool(json.loads(body).get("data"))
-    return False
-
-
-def served_block_size(base_url: str, api_key: str | None = None) -> LogFact | None:
-    """The block size the engine runs with, from ``vllm:cache_config_info`` on ``/metrics``
-    (vLLM logs it only when a hybrid model raises it)."""
-    import re
-
-    status, body = _get(f"{base_url}/metrics", timeout_s=10, api_key=api_key)
-    if status != 200:
-        return None
-    for line in body.decode(errors="replace").splitlines():
-        if line.startswith("vllm:cache_config_info{"):
-            m = re.search(r'\bblock_size="(\d+)"', line)
-            if m:
-                return LogFact(
-                    quantity="block_size",
-                    value=int(m.group(1)),
-                    line=f"/metrics vllm:cache_config_info block_size={m.group(1)}",
-                )
-    return None
 
 
 @dataclass(slots=True)

@@ -54,7 +54,7 @@ def preflight(
 
     Exit code 0 when every check passes, 1 otherwise (COMMAND is then never run), 2 for
     bad input (an unreadable recording, an unwritable --record, a COMMAND not on PATH).
-    Secrets in COMMAND (--api-key VALUE, tokens, Authorization headers) are never printed.
+    Secrets in COMMAND (API keys, tokens, Authorization headers) are never printed.
     """
     try:
         code, command = _preflight(
