@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from servefit.adapters.catalog import gpu_catalog
 from servefit.adapters.model_source import LoadedModel, load_model
@@ -19,6 +20,13 @@ from servefit.core.hardware import GpuSpec
 # user's own history, whatever runs the commands.
 _HISTORY_DIR = tempfile.mkdtemp(prefix="servefit-history-")
 os.environ["SERVEFIT_DB"] = str(Path(_HISTORY_DIR) / "history.sqlite")
+
+
+# Every property test is seeded: the same examples on every run (a red CI run is the same
+# red run on a laptop), none kept between runs. HYPOTHESIS_PROFILE=explore draws afresh.
+settings.register_profile("seeded", derandomize=True, database=None)
+settings.register_profile("explore", database=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "seeded"))
 
 
 def pytest_unconfigure(config):

@@ -135,12 +135,19 @@ def test_up_check_only_matches_the_plan_exactly(arch, models, tmp_path):
     run_dir, port = tmp_path / "run", helper.free_port()
     args = _up_args(models[arch], run_dir, port, "--check-only", "--smoke", "4")
     args += ["--input-len", "64", "--output-len", "16", "--concurrency", "2"]
+    env = _env()
+    db = tmp_path / "history.sqlite"
+    if arch == "llama":  # the dense run also carries planted secrets (issue 28, F1)
+        args += ["--db", str(db), "--", "--api-key", PLANTED_KEY, "--hf-token", PLANTED_TOKEN]
+        env["MY_SERVICE_TOKEN"] = PLANTED_ENV
     t0 = time.monotonic()
     done = subprocess.run(
-        args, capture_output=True, text=True, env=_env(), timeout=UP_TIMEOUT_S, check=False
+        args, capture_output=True, text=True, env=env, timeout=UP_TIMEOUT_S, check=False
     )
     seconds = time.monotonic() - t0
     assert done.returncode == 0, done.stdout + done.stderr
+    if arch == "llama":
+        _assert_no_planted_secret(done, run_dir, db, env)
     startup = json.loads((run_dir / "startup.json").read_text())
     by = {c["quantity"]: c for c in startup["comparisons"]}
     tokens = by["kv_cache_tokens"]
@@ -162,6 +169,36 @@ def test_up_check_only_matches_the_plan_exactly(arch, models, tmp_path):
     _assert_nothing_left(run_dir, port)
     print(f"\n{arch}: command to ready {startup['ready_s']:.1f} s, whole up {seconds:.1f} s")
     print(done.stdout)
+
+
+# vLLM gets them (it demands the key: up's probes and smoke bench send it), nothing else does
+PLANTED_KEY = "planted-api-key-5521"
+PLANTED_TOKEN = "planted-hf-token-9034"
+PLANTED_ENV = "planted-env-secret-1187"
+
+
+def _assert_no_planted_secret(
+    done: subprocess.CompletedProcess, run_dir: Path, db: Path, env: dict[str, str]
+) -> None:
+    """up with ``-- --api-key K --hf-token T`` and a secret in its environment: the engine
+    served (its key was sent), and no byte that up printed, no file of its run folder (plan,
+    command, log, report, bench) and no row of the history holds K, T or the variable."""
+    planted = (PLANTED_KEY, PLANTED_TOKEN, PLANTED_ENV)
+    leaks = {name: s for name in ("stdout", "stderr") for s in planted if s in getattr(done, name)}
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            leaks.update({str(path): s for s in planted if s.encode() in data})
+    leaks.update({str(db): s for s in planted if s.encode() in db.read_bytes()})
+    shown = subprocess.run(
+        [sys.executable, "-m", "servefit.cli.main", "history", "--db", str(db), "show", "1"],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    leaks.update({f"history show ({s})": s for s in planted if s in shown.stdout})
+    assert leaks == {}
+    assert "--api-key ***" in shown.stdout or '"***"' in shown.stdout
+    assert "--api-key" in json.loads((run_dir / "command.json").read_text())
 
 
 def _wait_for(path: Path, text: str, timeout_s: float, process: subprocess.Popen) -> None:

@@ -55,7 +55,9 @@ _WORD_SPLIT = re.compile(r"[-_.\s]+")
 _FLAG_WITH_VALUE = re.compile(
     # a flag starts a word: "time-per-output-token limit" holds no flag "-per-output-token"
     r"(?<![\w.-])(?P<flag>--?[A-Za-z][\w.-]*)(?P<sep>=|[ \t]+)(?!--)"
-    r"(?P<value>'[^']*'|\"[^\"]*\"|\S+)"
+    # a bare value ends at a quote: in a JSON string ("... --api-key K ...") the quote closes
+    # the string, and redacting it too would break the document
+    r"(?P<value>'[^']*'|\"[^\"]*\"|[^\s'\"]+)"
 )
 _MAPPING_ITEM = re.compile(
     r"(?P<q>['\"])(?P<name>[\w.-]+)(?P=q)(?P<sep>\s*:\s*\[?\s*)"
