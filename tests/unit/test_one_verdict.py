@@ -136,9 +136,12 @@ def test_recommendation_applies_every_change_together_and_fits():
     rec = out.recommendation
     assert rec is not None
     flags = {c.flag for c in rec.changes}
-    # one request of 262,144 tokens does not fit, and the hybrid's state blocks cap the
-    # sequences: both changes come together (following only the first gave a new refusal)
-    assert {"--max-model-len", "--max-num-seqs"} <= flags
+    # one request of 262,144 tokens does not fit in a 16-bit KV cache, and the hybrid's state
+    # blocks cap the sequences: both changes come together (following only the first gave a
+    # new refusal). fp8 KV comes before a shorter context (the user's own context is kept
+    # where a cheaper change makes it fit): 262,144 tokens still served.
+    assert {"--kv-cache-dtype", "--max-num-seqs"} <= flags
+    assert rec.capacity.settings.max_model_len == 262144
     assert rec.capacity.settings.max_num_seqs <= rec.capacity.mamba_block_limit
     # the printed command re-plans to a fit through the CLI
     args = shlex.split(out.recommended_command)

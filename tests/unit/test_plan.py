@@ -50,8 +50,25 @@ def test_does_not_fit_says_what_would(catalog_model, gpu):
     p = plan(catalog_model, gpu, "meta-llama/Llama-3.1-70B", "A100-80GB", max_model_len=8192)
     assert not p.starts and not p.fits
     assert p.memory.kv_cache_bytes < 0
-    assert any("no memory is left for the KV cache" in line for line in p.problems)
+    # 70.55 B bf16 parameters are 131 GiB: more than the 79 GiB the card has, so vLLM dies
+    # loading them (CUDA out of memory), before any "no memory for the KV cache"
+    assert p.memory.weights_bytes > p.memory.total_bytes
+    assert any("fails while loading them (CUDA out of memory)" in line for line in p.problems)
+    assert not any("no memory is left for the KV cache" in line for line in p.problems)
     assert any("--tensor-parallel-size 2" in line for line in p.problems)
+
+
+def test_weights_that_fit_the_device_but_not_the_budget_stop_at_the_kv_cache(catalog_model, gpu):
+    # Qwen3-32B in bf16: 32.8 B parameters x 2 bytes = 61 GiB, under the A100-80GB's 79 GiB
+    # visible but over a 0.7 x 79 = 55 GiB budget: vLLM loads them, profiles, then stops
+    p = plan(
+        catalog_model, gpu, "Qwen/Qwen3-32B", "A100-80GB",
+        max_model_len=8192, gpu_memory_utilization=0.7,
+    )  # fmt: skip
+    assert p.memory.requested_bytes < p.memory.weights_bytes < p.memory.total_bytes
+    assert not p.starts
+    assert any("no memory is left for the KV cache" in line for line in p.problems)
+    assert not any("while loading" in line for line in p.problems)
 
 
 def test_max_model_len_too_long_suggests_the_longest(catalog_model, gpu):

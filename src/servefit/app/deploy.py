@@ -32,7 +32,7 @@ from servefit.adapters.manifest_spec import (
 )
 from servefit.adapters.redact import write_text
 from servefit.app.deployment import Deployment
-from servefit.app.plan import PlanOutcome, plan_deployment
+from servefit.app.plan import PlanOutcome
 from servefit.core.load_time import LoadTimeEstimate, estimate_load_time
 from servefit.errors import InvalidArgumentError
 
@@ -133,34 +133,19 @@ def manifest_spec_from_plan(
 
 def plan_best_layout(d: Deployment, request: ScalingRequest) -> tuple[PlanOutcome, int]:
     """The best TP x PP x DP (+ EP) layout of ``request.num_gpus`` as one replica's plan
-    (its TP, PP and ``--enable-expert-parallel``; its share of the workload) and the number
-    of replicas (the layout's DP): Kubernetes runs the replicas, each a vLLM server."""
-    from servefit.app.resolve import resolve
-    from servefit.app.scaling import plan_deployment_scaling
-    from servefit.core.scaling import replica_workload
+    (:func:`servefit.app.scaling.plan_on_gpus`) and the number of replicas (the layout's DP):
+    Kubernetes runs the replicas, each a vLLM server."""
+    from servefit.app.scaling import plan_on_gpus
 
-    resolved = resolve(d)
-    scaling = plan_deployment_scaling(d, resolved, request)
-    if scaling.best is None:
-        problems = sorted({r.problem for r in scaling.layouts if r.problem})
+    chosen = plan_on_gpus(d, request, with_performance=False)
+    if not chosen.is_chosen:
+        problems = sorted({r.problem for r in chosen.scaling.layouts if r.problem})
         raise InvalidArgumentError(
             f"no layout of {request.num_gpus} GPUs serves the workload"
             + (f": {problems[0]}" if problems else "")
             + "; try more GPUs (--num-gpus) or a larger GPU"
         )
-    layout = scaling.best.layout
-    extra = d.extra_args
-    if layout.ep and "--enable-expert-parallel" not in extra:
-        extra = ("--enable-expert-parallel", *extra)
-    replica = replace(
-        d,
-        settings=replace(
-            d.settings, tensor_parallel_size=layout.tp, pipeline_parallel_size=layout.pp
-        ),
-        workload=replica_workload(d.workload, layout.dp),
-        extra_args=extra,
-    )
-    return plan_deployment(replica, with_performance=False, resolved=resolved), layout.dp
+    return chosen.outcome, chosen.replicas
 
 
 def kv_transfer_config(connector: str = DEFAULT_CONNECTOR) -> str:

@@ -1,14 +1,17 @@
 """One recommendation: when a deployment does not fit, the smallest set of changes that makes
 it fit, applied *together*, re-planned and verified, with what each change gives up.
 
-The search, cheapest first:
+The search, cheapest first (the user's own flags are changed before GPUs are added):
 
 1. the same GPUs, then 2x, 4x, 8x tensor parallelism (valid sizes only); on each, the
-   user's KV-cache dtype, then fp8 (16-bit checkpoints only);
+   user's flags, then ``--gpu-memory-utilization`` raised to :data:`RAISED_UTILIZATION`
+   (when the budget is the user's or vLLM's default below it, and no
+   ``--kv-cache-memory-bytes`` bypasses it), then fp8 KV cache (16-bit checkpoints only),
+   then both; each at the full context first, then (same order) at a shorter one;
 2. on each candidate: max-model-len within the model's limit and at least what the
-   workload and the target need; if one request of max-model-len does not fit, the longest
-   that does (when that still covers the workload); then max-num-seqs lowered to the state
-   blocks of hybrids; re-planned until stable;
+   workload and the target need; if one request of max-model-len does not fit (and the
+   candidate may shorten it), the longest that does (when that still covers the workload);
+   then max-num-seqs lowered to the state blocks of hybrids; re-planned until stable;
 3. the first candidate whose verdict fits wins.
 """
 
@@ -23,6 +26,9 @@ from servefit.core.plan import TP_CANDIDATES, CapacityPlan, ServeSettings
 from servefit.errors import InvalidArgumentError
 
 MAX_MODEL_LEN_STEP = 256  # a raised max-model-len is rounded up to this (a readable number)
+# servefit's choice for a raised budget: leaves 5% of the device (4 GiB of an 80 GB card) to
+# the CUDA context, NCCL and allocator fragmentation outside vLLM's accounting
+RAISED_UTILIZATION = 0.95
 MAX_SETTLE_ROUNDS = 4
 
 Planner = Callable[[ServeSettings], CapacityPlan]
@@ -44,14 +50,33 @@ class Recommendation:
     verdict: Verdict
 
 
-def _candidates(d: Deployment, plan: CapacityPlan) -> list[ServeSettings]:
+def _candidates(d: Deployment, plan: CapacityPlan) -> list[tuple[ServeSettings, bool]]:
+    """Each candidate's settings, and whether its context may be shortened: on each GPU
+    count, every budget and KV option at full context first, then with a shorter one."""
+    options = _options(d, plan)
+    by_tp: dict[int, list[ServeSettings]] = {}
+    for option in options:
+        by_tp.setdefault(option.tensor_parallel_size, []).append(option)
+    return [(o, shorten) for group in by_tp.values() for shorten in (False, True) for o in group]
+
+
+def _options(d: Deployment, plan: CapacityPlan) -> list[ServeSettings]:
     s = d.settings
     kv_options = [s.kv_cache_dtype]
     if s.kv_cache_dtype == "auto" and plan.model.dtype in ("bfloat16", "float16"):
         kv_options.append("fp8")
+    utilizations: list[float | None] = [s.gpu_memory_utilization]
+    budget = plan.settings.gpu_memory_utilization  # the user's, or vLLM's default
+    if s.kv_cache_memory_bytes is None and budget < RAISED_UTILIZATION:
+        utilizations.append(RAISED_UTILIZATION)
+    # per GPU count: the flags as given, the larger budget, fp8 KV, both (cheapest first)
+    same_gpus = [(u, kv) for kv in kv_options for u in utilizations]
+    same_gpus.sort(key=lambda option: (option[1] != s.kv_cache_dtype, option[0] is not None))
     tps = [s.tensor_parallel_size] + [t for t in TP_CANDIDATES if t > s.tensor_parallel_size]
     return [
-        replace(s, tensor_parallel_size=tp, kv_cache_dtype=kv) for tp in tps for kv in kv_options
+        replace(s, tensor_parallel_size=tp, kv_cache_dtype=kv, gpu_memory_utilization=u)
+        for tp in tps
+        for u, kv in same_gpus
     ]
 
 
@@ -63,9 +88,15 @@ def _needed_len(d: Deployment) -> int:
 
 
 def _settle(
-    d: Deployment, s: ServeSettings, plan_for: Planner, model_max: int | None
+    d: Deployment,
+    s: ServeSettings,
+    plan_for: Planner,
+    model_max: int | None,
+    *,
+    may_shorten: bool = True,
 ) -> tuple[ServeSettings, CapacityPlan] | None:
-    """Adjust max-model-len and max-num-seqs on one candidate until the plan is stable."""
+    """Adjust max-model-len (shorter only where ``may_shorten``) and max-num-seqs on one
+    candidate until the plan is stable."""
     needed = _needed_len(d)
     if model_max and needed > model_max:
         return None
@@ -78,7 +109,11 @@ def _settle(
         elif r.max_model_len < needed:
             top = model_max or needed
             changed = replace(changed, max_model_len=min(top, _round_up(needed)))
-        elif plan.max_concurrency < 1 and plan.largest_max_model_len >= max(needed, 1):
+        elif (
+            may_shorten
+            and plan.max_concurrency < 1
+            and plan.largest_max_model_len >= max(needed, 1)
+        ):
             changed = replace(changed, max_model_len=plan.largest_max_model_len)
         limit = plan.mamba_block_limit
         if limit is not None and 0 < limit < r.max_num_seqs:
@@ -97,9 +132,9 @@ def _round_up(tokens: int) -> int:
 def recommend(d: Deployment, plan: CapacityPlan, plan_for: Planner) -> Recommendation | None:
     """The first candidate, cheapest first, whose verdict fits; None when none does."""
     model_max = plan.model.max_position_embeddings
-    for candidate in _candidates(d, plan):
+    for candidate, may_shorten in _candidates(d, plan):
         try:
-            settled = _settle(d, candidate, plan_for, model_max)
+            settled = _settle(d, candidate, plan_for, model_max, may_shorten=may_shorten)
         except InvalidArgumentError:  # a TP size the model's heads do not allow
             continue
         if settled is None:
@@ -127,6 +162,17 @@ def _changes(old: CapacityPlan, new: CapacityPlan) -> tuple[Change, ...]:
                 after=str(b.tensor_parallel_size),
                 gives_up=f"{b.num_gpus} GPUs instead of {a.num_gpus}: "
                 f"{b.num_gpus / a.num_gpus:g}x the cost per hour",
+            )
+        )
+    if b.gpu_memory_utilization != a.gpu_memory_utilization:
+        out.append(
+            Change(
+                flag="--gpu-memory-utilization",
+                before=f"{a.gpu_memory_utilization:g}",
+                after=f"{b.gpu_memory_utilization:g}",
+                gives_up=f"vLLM takes {b.gpu_memory_utilization:.0%} of each GPU: "
+                "nothing else may run on it, and less is left for memory outside vLLM's "
+                "accounting",
             )
         )
     if b.kv_cache_dtype != a.kv_cache_dtype:

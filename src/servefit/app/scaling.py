@@ -1,12 +1,14 @@
 """Scaling a deployment out: the best TP x PP x DP (+ EP) layout of N GPUs for its workload,
-with the launch commands carrying every flag of the deployment (and its calibration)."""
+with the launch commands carrying every flag of the deployment (and its calibration), and
+the plan of one replica of that layout: the one verdict a ``--num-gpus`` run gives."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 from servefit.app.deployment import Deployment
-from servefit.app.resolve import Resolved
+from servefit.app.plan import PlanOutcome, plan_deployment
+from servefit.app.resolve import Resolved, resolve
 from servefit.core.ops import model_coeffs
 from servefit.core.perf import simulate_load
 from servefit.core.plan import CapacityPlan
@@ -16,6 +18,7 @@ from servefit.core.scaling import (
     choose_layout,
     layout_commands,
     plan_scaling,
+    replica_workload,
 )
 from servefit.core.serving import LoadResult
 from servefit.core.vllm_command import vllm_serve_args
@@ -90,3 +93,44 @@ def plan_deployment_scaling(
             resolved.model_id, layout, request.gpus_per_node, serve_args=serve
         )
     return ScalingOutcome(request=request, layouts=results, best=best, commands=commands)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChosenLayout:
+    """A ``--num-gpus`` run: the layouts tried, and the plan of one replica of the best (its
+    TP, PP and ``--enable-expert-parallel``, its share of the workload), which is the run's
+    verdict. Where no layout serves the workload, the plan is of the flags as given."""
+
+    outcome: PlanOutcome
+    scaling: ScalingOutcome
+    replicas: int  # the chosen layout's DP (1 when none was chosen)
+
+    @property
+    def is_chosen(self) -> bool:
+        return self.scaling.best is not None and self.scaling.best.plan is not None
+
+
+def plan_on_gpus(
+    d: Deployment, request: ScalingRequest, *, with_performance: bool = True
+) -> ChosenLayout:
+    """The best layout of ``request.num_gpus`` for ``d``'s workload, planned as one replica."""
+    resolved = resolve(d)
+    scaling = plan_deployment_scaling(d, resolved, request)
+    best = scaling.best
+    if best is None or best.plan is None:
+        outcome = plan_deployment(d, with_performance=with_performance, resolved=resolved)
+        return ChosenLayout(outcome=outcome, scaling=scaling, replicas=1)
+    layout = best.layout
+    extra = d.extra_args
+    if layout.ep and "--enable-expert-parallel" not in extra:
+        extra = ("--enable-expert-parallel", *extra)
+    replica = replace(
+        d,
+        settings=replace(
+            d.settings, tensor_parallel_size=layout.tp, pipeline_parallel_size=layout.pp
+        ),
+        workload=replica_workload(d.workload, layout.dp),
+        extra_args=extra,
+    )
+    outcome = plan_deployment(replica, with_performance=with_performance, resolved=resolved)
+    return ChosenLayout(outcome=outcome, scaling=scaling, replicas=layout.dp)

@@ -52,15 +52,18 @@ def plan(
     scaling_doc = None
     try:
         d = build_deployment(model, flags)
-        outcome = plan_deployment(d, with_performance=performance)
-        if num_gpus is not None:
+        if num_gpus is None:
+            outcome = plan_deployment(d, with_performance=performance)
+        else:  # one verdict: the chosen layout's (one replica of it), not the flags' TP
             from servefit.adapters.perf_document import scaling_section
-            from servefit.app.scaling import ScalingRequest, plan_deployment_scaling
+            from servefit.app.scaling import ScalingRequest, plan_on_gpus
 
             request = ScalingRequest(
                 num_gpus=num_gpus, gpus_per_node=gpus_per_node, objective=objective
             )
-            scaling_doc = scaling_section(plan_deployment_scaling(d, outcome.resolved, request))
+            chosen = plan_on_gpus(d, request, with_performance=performance)
+            outcome = chosen.outcome
+            scaling_doc = scaling_section(chosen.scaling)
     except ServefitError as error:
         fail(error)
     if as_json:

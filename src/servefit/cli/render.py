@@ -128,6 +128,9 @@ def render_capacity(
         label, style = PART_STYLES[key]
         if plan.engine != "vllm":  # no CUDA graphs, not vLLM's headroom
             label = label.partition(" (")[0]
+        if key == "headroom" and value < 0:  # no negative memory: what is missing, in red
+            table.add_row(Text("Short (more than the device has)", style="red"), _gib(-value), "")
+            continue
         share = value / m.total_bytes if m.total_bytes else 0
         table.add_row(Text(label, style=style), _gib(value), f"{share:.0%}")
     table.add_row(
@@ -142,7 +145,15 @@ def render_capacity(
     held = "reports it at startup" if plan.engine == "vllm" else "would hold it"
     console.print(f"[bold]KV cache[/] (as {plan.engine_label} {held})")
     source = "given (--kv-cache-memory-bytes)" if m.is_kv_cache_given else "predicted"
-    console.print(f"  Available KV cache memory: {_gib(m.kv_cache_bytes)} ({source})")
+    if m.kv_cache_bytes > 0:
+        console.print(f"  Available KV cache memory: {_gib(m.kv_cache_bytes)} ({source})")
+    elif m.weights_bytes > m.total_bytes:
+        console.print("  Available KV cache memory: none: the engine stops loading the weights")
+    else:
+        console.print(
+            f"  Available KV cache memory: none: the budget is {_gib(-m.kv_cache_bytes)} short "
+            f"({source})"
+        )
     console.print(f"  {device} KV cache size: {plan.kv_cache_tokens:,} tokens")
     console.print(
         f"  Maximum concurrency for {r.max_model_len:,} tokens per request: "

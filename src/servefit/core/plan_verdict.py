@@ -40,12 +40,22 @@ def capacity_verdict(
     """Step 7: what stops vLLM, what misses the target, what to watch."""
     problems: list[str] = []
     warnings: list[str] = []
-    if memory.kv_cache_bytes <= 0:
+    if memory.weights_bytes > memory.total_bytes:
+        # vLLM loads the weights before it profiles anything: a shard larger than the device
+        # is a CUDA out-of-memory error while loading (gpu_model_runner.load_model), not the
+        # "no memory for the KV cache" of a later step
+        problems.append(
+            f"{STARTUP}the weights need {_gib(memory.weights_bytes)} per GPU, more than the "
+            f"{_gib(memory.total_bytes)} the device has: vLLM fails while loading them (CUDA "
+            f"out of memory), before it sizes any KV cache"
+        )
+    elif memory.kv_cache_bytes <= 0:
         needed = memory.weights_bytes + memory.activation_peak_bytes + memory.non_torch_bytes
         problems.append(
             f"{STARTUP}no memory is left for the KV cache: weights, activations and runtime "
             f"need {_gib(needed)} per GPU but the budget ({r.gpu_memory_utilization:.2f} x "
-            f"{_gib(memory.total_bytes)}) is {_gib(memory.requested_bytes)}"
+            f"{_gib(memory.total_bytes)}) is {_gib(memory.requested_bytes)}: vLLM loads the "
+            f"weights, profiles, then stops with no memory for the cache blocks"
         )
     elif memory.is_kv_cache_given and memory.kv_cache_bytes + _needed(memory) > memory.total_bytes:
         problems.append(

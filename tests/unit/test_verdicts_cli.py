@@ -1,0 +1,74 @@
+"""Verdicts that say what the engine will do (issue 33), through the real command: a load
+failure named as one, one verdict for a ``--num-gpus`` run (the chosen layout's), and a
+recommendation that changes the user's own flags before it adds GPUs."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+from tests.unit.test_cli import OFFLINE
+
+CLI = [sys.executable, "-m", "servefit.cli.main"]
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, env=OFFLINE, timeout=180, check=False
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+def test_weights_larger_than_the_device_are_a_load_failure_without_negative_memory():
+    # Llama-3.1-70B in bf16: 70.55 B x 2 bytes = 131.45 GiB of weights, an L4 shows CUDA
+    # 22.05 GiB: vLLM dies loading the first shards, never reaching the KV-cache sizing
+    args = ["plan", "meta-llama/Llama-3.1-70B", "--gpu", "L4", "--no-performance"]
+    doc = json.loads(run(*args, "--json").stdout)
+    reasons = " ".join(doc["verdict"]["reasons"])
+    assert "fails while loading them (CUDA out of memory)" in reasons
+    assert "no memory is left for the KV cache" not in reasons
+    done = run(*args)
+    assert done.returncode == 1
+    text = " ".join(done.stdout.split())  # rich wraps lines at the terminal's width
+    assert "Available KV cache memory: none: the engine stops loading the weights" in text
+    assert not re.search(r"-\d[\d.,]* GiB", text), text  # no negative memory
+
+
+def test_a_num_gpus_run_has_the_chosen_layouts_verdict_only():
+    done = run(
+        "plan", "meta-llama/Llama-3.1-70B", "--gpu", "H100", "--max-model-len", "32768",
+        "--num-gpus", "8", "--no-performance", "--json",
+    )  # fmt: skip
+    doc = json.loads(done.stdout)
+    best = doc["scaling"]["best"]
+    assert best is not None
+    tp = int(re.match(r"TP(\d+)", best["layout"] if isinstance(best, dict) else best)[1])
+    # the plan, the verdict and the exit code are one replica of that layout's
+    assert doc["settings"]["tensor_parallel_size"] == tp
+    assert doc["fits"] is True and done.returncode == 0
+    assert doc["recommendation"] is None  # no second, contradicting layout
+    text = run(
+        "plan", "meta-llama/Llama-3.1-70B", "--gpu", "H100", "--max-model-len", "32768",
+        "--num-gpus", "8", "--no-performance",
+    ).stdout  # fmt: skip
+    assert "DOES NOT FIT" not in text and "Recommendation" not in text
+
+
+def test_a_larger_budget_comes_before_more_gpus():
+    # Qwen3-32B in bf16 on an H100 (79.21 GiB visible): 61.0 GiB of weights; at vLLM's 0.92
+    # the KV cache gets ~8.6 GiB, and one request of 40,960 tokens needs 40,960 x 256 KiB
+    # (64 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes) = 10 GiB. At 0.95 the budget is
+    # 0.03 x 79.21 = 2.4 GiB larger: ~11 GiB, it fits on the same one GPU.
+    done = run(
+        "plan", "Qwen/Qwen3-32B", "--gpu", "H100", "--max-model-len", "40960",
+        "--max-num-seqs", "256", "--no-performance", "--json",
+    )  # fmt: skip
+    assert done.returncode == 1
+    rec = json.loads(done.stdout)["recommendation"]
+    changes = {c["flag"]: c for c in rec["changes"]}
+    assert set(changes) == {"--gpu-memory-utilization"}, changes
+    assert changes["--gpu-memory-utilization"]["after"] == "0.95"
+    assert "--tensor-parallel-size" not in rec.get("command", "")
