@@ -72,3 +72,27 @@ def test_a_larger_budget_comes_before_more_gpus():
     assert set(changes) == {"--gpu-memory-utilization"}, changes
     assert changes["--gpu-memory-utilization"]["after"] == "0.95"
     assert "--tensor-parallel-size" not in rec.get("command", "")
+
+
+def test_an_open_loop_rate_the_server_cannot_complete_is_an_overload_not_a_misfit():
+    # Qwen3-8B in bf16 reads its 15.1 GB of weights every decode step: on an A40 (696 GB/s,
+    # datasheet) a step takes at least 15.1 / 696 = 21.7 ms, so 256 sequences in flight
+    # (vLLM's --max-num-seqs) of 256 output tokens complete at most 256 / (256 x 21.7 ms)
+    # = 46 requests a second: 50 a second cannot be kept up with, whatever the rest costs.
+    flags = ["--gpu", "A40", "--max-model-len", "8192", "--input-len", "1024"]
+    flags += ["--output-len", "256", "--max-num-seqs", "256"]
+    over = run("plan", "Qwen/Qwen3-8B", *flags, "--request-rate", "50", "--json")
+    assert over.returncode == 0  # the deployment fits: capacity is not the problem
+    perf = json.loads(over.stdout)["performance"]
+    assert perf["offered_rate_per_s"] == 50
+    assert perf["sustainable_rate_per_s"] < 46
+    assert perf["queue_growth_per_s"] == perf["offered_rate_per_s"] - perf["sustainable_rate_per_s"]
+    text = " ".join(run("plan", "Qwen/Qwen3-8B", *flags, "--request-rate", "50").stdout.split())
+    assert "overloaded: 50.00 req/s offered" in text and "the queue grows by" in text
+    # one request alone takes ~7 s: at 0.5 a second ~4 are in flight, no queue builds
+    calm = json.loads(
+        run("plan", "Qwen/Qwen3-8B", *flags, "--request-rate", "0.5", "--json").stdout
+    )
+    assert calm["performance"]["queue_growth_per_s"] == 0
+    closed = json.loads(run("plan", "Qwen/Qwen3-8B", *flags, "--concurrency", "4", "--json").stdout)
+    assert closed["performance"]["queue_growth_per_s"] is None

@@ -123,6 +123,10 @@ class PerformanceSection(FrozenDoc):
     agent: AgentSection | None
     assumptions: list[str]
     session_throughput_per_s: float | None = None  # agent sessions/s under load
+    offered_rate_per_s: float | None = None  # the open-loop rate asked for
+    sustainable_rate_per_s: float | None = None  # the most requests/s it completes
+    # requests/s the queue grows by (0: the server keeps up; None: closed loop)
+    queue_growth_per_s: float | None = None
 
 
 def _stat(s: Stat) -> StatSection:
@@ -218,4 +222,7 @@ def performance_section(p: PerformancePlan) -> PerformanceSection:
         agent=agent,
         assumptions=list(p.assumptions),
         session_throughput_per_s=p.load.session_throughput_per_s,
+        offered_rate_per_s=p.offered_rate_per_s,
+        sustainable_rate_per_s=p.sustainable_rate_per_s,
+        queue_growth_per_s=p.queue_growth_per_s,
     )

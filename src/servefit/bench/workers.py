@@ -9,7 +9,9 @@ parent's clock origin: ``time.perf_counter`` is the system-wide monotonic clock.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
+import gc
 import multiprocessing
 import os
 import queue
@@ -115,6 +117,24 @@ def _worker(
         out.put(_DONE)
 
 
+def _reap_resource_tracker() -> None:
+    """multiprocessing's resource tracker (a child of this process, started for the workers'
+    queue and events) exits only after this process has, so it outlived every run with
+    workers by a second or two. At exit, once the run's queue and events are gone, it is
+    stopped and waited for: nothing the run started outlives it."""
+    from multiprocessing import resource_tracker
+
+    stop = getattr(getattr(resource_tracker, "_resource_tracker", None), "_stop", None)
+    if stop is None:  # pragma: no cover - a Python without it: the tracker exits by itself
+        return
+    gc.collect()  # the run's semaphores unregister as they are freed
+    with contextlib.suppress(OSError, ChildProcessError):
+        stop()
+
+
+_REAPING: list[bool] = []  # the exit hook, registered once per process
+
+
 @contextlib.contextmanager
 def _children_ignore_sigint() -> Iterator[None]:
     """Start processes with SIGINT blocked (a spawned child inherits the mask), so a Ctrl-C
@@ -155,6 +175,9 @@ async def run_in_processes(
         caps = list(split_concurrency(schedule.concurrency or 1, n))
     n = len(caps)
     context = multiprocessing.get_context("spawn")
+    if not _REAPING:
+        atexit.register(_reap_resource_tracker)
+        _REAPING.append(True)
     out = context.Queue()
     start = context.Value("d", 0.0)  # the first arrival, on the shared clock
     go, stop = context.Event(), context.Event()

@@ -44,6 +44,15 @@ def render_performance(p: PerformancePlan, console: Console) -> None:
         f"{load.request_throughput_per_s:,.2f} req/s; bound by [bold]{load.bound.value}[/]"
         + (f"; goodput {load.goodput_per_s:,.2f} req/s" if load.goodput_per_s is not None else "")
     )
+    growth = p.queue_growth_per_s
+    if growth and p.offered_rate_per_s is not None:
+        console.print(
+            f"  [red]overloaded[/]: {p.offered_rate_per_s:,.2f} req/s offered, at most "
+            f"{p.sustainable_rate_per_s:,.2f} completed (the curve's peak): the queue grows "
+            f"by {growth:,.2f} requests a second, so TTFT rises for as long as the load lasts "
+            f"(the figures above are of the {load.num_requests:,} simulated requests). More "
+            "replicas for the rate: servefit recommend"
+        )
     table = Table(title="Latency-throughput curve (closed loop)", title_justify="left")
     for col in (
         "concurrency",

@@ -86,8 +86,108 @@ _GEMMA4_DEFAULTS: dict[str, Any] = {
     "vocab_size_per_layer_input": 262_144,
 }
 
+# The shape fields of transformers 5.19's config classes (the release vLLM 0.32's CPU build
+# installs), read from each class's declared defaults: a config.json that leaves them out is
+# loaded with these by transformers, and so by vLLM (a LLaVA-1.5 text_config names only its
+# model type, vocabulary and context). Defaults that depend on another field (a None
+# num_key_value_heads = num_attention_heads, a None head_dim = hidden_size / heads) are
+# servefit's own rules and left out, as are the sliding-window switches.
+_LLAMA_SHAPE: dict[str, Any] = {  # LlamaConfig
+    "vocab_size": 32_000,
+    "hidden_size": 4096,
+    "intermediate_size": 11_008,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "max_position_embeddings": 2048,
+    "hidden_act": "silu",
+}
+_MISTRAL_SHAPE: dict[str, Any] = {  # MistralConfig (MixtralConfig adds its experts)
+    "vocab_size": 32_000,
+    "hidden_size": 4096,
+    "intermediate_size": 14_336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "max_position_embeddings": 131_072,
+    "hidden_act": "silu",
+}
+_QWEN2_SHAPE: dict[str, Any] = {  # Qwen2Config (Qwen3Config adds head_dim 128)
+    "vocab_size": 151_936,
+    "hidden_size": 4096,
+    "intermediate_size": 22_016,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "max_position_embeddings": 32_768,
+    "hidden_act": "silu",
+}
+_TRANSFORMERS_SHAPES: dict[str, dict[str, Any]] = {
+    "llama": _LLAMA_SHAPE,
+    "mistral": _MISTRAL_SHAPE,
+    "mixtral": {**_MISTRAL_SHAPE, "num_local_experts": 8, "num_experts_per_tok": 2},
+    "qwen2": _QWEN2_SHAPE,
+    "qwen3": {**_QWEN2_SHAPE, "head_dim": 128},
+    "qwen2_moe": {  # Qwen2MoeConfig
+        **_QWEN2_SHAPE,
+        "hidden_size": 2048,
+        "intermediate_size": 5632,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "num_experts": 60,
+        "num_experts_per_tok": 4,
+        "moe_intermediate_size": 1408,
+        "shared_expert_intermediate_size": 5632,
+        "decoder_sparse_step": 1,
+    },
+    "qwen3_moe": {  # Qwen3MoeConfig
+        **_QWEN2_SHAPE,
+        "hidden_size": 2048,
+        "intermediate_size": 6144,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 4,
+        "num_experts": 128,
+        "num_experts_per_tok": 8,
+        "moe_intermediate_size": 768,
+        "decoder_sparse_step": 1,
+    },
+    "phi3": {  # Phi3Config
+        "vocab_size": 32_064,
+        "hidden_size": 3072,
+        "intermediate_size": 8192,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "max_position_embeddings": 4096,
+        "hidden_act": "silu",
+    },
+    "gemma": {  # GemmaConfig
+        "vocab_size": 256_000,
+        "hidden_size": 3072,
+        "intermediate_size": 24_576,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "head_dim": 256,
+        "max_position_embeddings": 8192,
+        "hidden_act": "gelu_pytorch_tanh",
+    },
+    "gemma2": {  # Gemma2Config
+        "vocab_size": 256_000,
+        "hidden_size": 2304,
+        "intermediate_size": 9216,
+        "num_hidden_layers": 26,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "max_position_embeddings": 8192,
+        "hidden_activation": "gelu_pytorch_tanh",
+    },
+}
+
 # Fields a family's transformers config class defaults when config.json omits them.
 FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
+    **_TRANSFORMERS_SHAPES,
     # transformers Gemma3TextConfig defaults (vocab 262,208; 5 local : 1 global)
     "gemma3_text": {"vocab_size": 262_208, "hidden_activation": "gelu_pytorch_tanh"},
     "gemma3": {"vocab_size": 262_208, "hidden_activation": "gelu_pytorch_tanh"},

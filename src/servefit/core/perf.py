@@ -107,6 +107,30 @@ class PerformancePlan:
     def bound(self) -> Bound:
         return self.load.bound
 
+    @property
+    def offered_rate_per_s(self) -> float | None:
+        """The open-loop request rate asked for (None: a closed loop, or agent sessions)."""
+        w = self.workload
+        return w.request_rate_per_s if w.turns == 1 else None
+
+    @property
+    def sustainable_rate_per_s(self) -> float:
+        """The most requests a second this server completes: the peak of its closed-loop
+        curve (and of the load asked for), the rate an open loop can offer without a queue
+        that grows."""
+        return max(r.request_throughput_per_s for r in (*self.curve, self.load))
+
+    @property
+    def queue_growth_per_s(self) -> float | None:
+        """Requests a second the queue grows by when more are offered than the server can
+        complete (:attr:`sustainable_rate_per_s`); 0 when it keeps up, None for a closed
+        loop. A queue that grows has no steady state: its TTFT rises for as long as the load
+        lasts, and the simulated one is that of the simulated requests only."""
+        offered = self.offered_rate_per_s
+        if offered is None:
+            return None
+        return max(0.0, offered - self.sustainable_rate_per_s)
+
 
 def _phase(
     m: ModelCoeffs, shape: StepShape, gpu: GpuSpec, profile: EfficiencyProfile
