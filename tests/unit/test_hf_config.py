@@ -143,7 +143,10 @@ def test_structural_field_on_a_dense_family_is_refused():
     ],
 )
 def test_malformed_configs_give_clear_errors(mutate, message):
-    cfg = config("meta-llama/Llama-3.1-8B")
+    # gpt-oss: a family without transformers shape defaults in hf_defaults (a Llama config
+    # without hidden_size takes LlamaConfig's 4096, as transformers does:
+    # test_transformers_defaults.py)
+    cfg = config("openai/gpt-oss-20b")
     mutate(cfg)
     with pytest.raises(ConfigError, match=message):
         spec_from_hf_config(cfg, name="x")

@@ -61,10 +61,10 @@ _PREFIX_RE = re.compile(
 _NUM = r"[\d,]+(?:\.\d+)?"
 # The numbers a fact is read from, bounded: a line with a 400-digit count states no fact
 # (int() refuses 4,300 digits and float() makes 1e400 infinite). A count fits 18 digits,
-# a grouped one 24 characters, a GiB figure 15 digits and 12 decimals.
+# a grouped one 24 characters, a GiB figure 9 digits (a billion GiB) and 12 decimals.
 _INT = r"\d{1,18}(?!\d)"
 _GROUPED = r"[\d,]{1,24}(?![\d,])"
-_DEC = r"\d{1,15}(?:\.\d{1,12})?(?!\d)"
+_DEC = r"\d{1,9}(?:\.\d{1,12})?(?!\d)"
 
 
 class Refusal(StrEnum):

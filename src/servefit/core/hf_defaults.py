@@ -91,7 +91,9 @@ _GEMMA4_DEFAULTS: dict[str, Any] = {
 # loaded with these by transformers, and so by vLLM (a LLaVA-1.5 text_config names only its
 # model type, vocabulary and context). Defaults that depend on another field (a None
 # num_key_value_heads = num_attention_heads, a None head_dim = hidden_size / heads) are
-# servefit's own rules and left out, as are the sliding-window switches.
+# servefit's own rules and left out, as are the sliding-window switches and the expert
+# counts (spelled num_experts or num_local_experts: a default of one spelling would clash
+# with a file that gives the other, as transformers' attribute_map allows).
 _LLAMA_SHAPE: dict[str, Any] = {  # LlamaConfig
     "vocab_size": 32_000,
     "hidden_size": 4096,
@@ -124,7 +126,7 @@ _QWEN2_SHAPE: dict[str, Any] = {  # Qwen2Config (Qwen3Config adds head_dim 128)
 _TRANSFORMERS_SHAPES: dict[str, dict[str, Any]] = {
     "llama": _LLAMA_SHAPE,
     "mistral": _MISTRAL_SHAPE,
-    "mixtral": {**_MISTRAL_SHAPE, "num_local_experts": 8, "num_experts_per_tok": 2},
+    "mixtral": {**_MISTRAL_SHAPE, "num_experts_per_tok": 2},
     "qwen2": _QWEN2_SHAPE,
     "qwen3": {**_QWEN2_SHAPE, "head_dim": 128},
     "qwen2_moe": {  # Qwen2MoeConfig
@@ -134,7 +136,6 @@ _TRANSFORMERS_SHAPES: dict[str, dict[str, Any]] = {
         "num_hidden_layers": 24,
         "num_attention_heads": 16,
         "num_key_value_heads": 16,
-        "num_experts": 60,
         "num_experts_per_tok": 4,
         "moe_intermediate_size": 1408,
         "shared_expert_intermediate_size": 5632,
@@ -147,7 +148,6 @@ _TRANSFORMERS_SHAPES: dict[str, dict[str, Any]] = {
         "num_hidden_layers": 24,
         "num_attention_heads": 32,
         "num_key_value_heads": 4,
-        "num_experts": 128,
         "num_experts_per_tok": 8,
         "moe_intermediate_size": 768,
         "decoder_sparse_step": 1,
