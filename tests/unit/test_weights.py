@@ -91,3 +91,16 @@ def test_rope_table_is_part_of_what_vllm_loads(catalog_model):
     assert weight_bytes(scout, tp=4).per_gpu_by_role_bytes["rope_cache"] == 10_485_760 * 128 * 2
     jamba = catalog_model("ai21labs/AI21-Jamba-1.5-Mini").spec
     assert "rope_cache" not in weight_bytes(jamba).per_gpu_by_role_bytes  # no RoPE in Jamba
+
+
+def test_kv_heads_replicate_when_ranks_outnumber_them(catalog_model):
+    """Llama-3.1-8B at TP 16 (vLLM starts it: 32 heads / 16, 16 a multiple of the 8 KV heads,
+    tp_rules), worked by hand: each rank holds 2 query heads and, since 16 ranks > 8 KV
+    heads, one whole KV head (replicated twice, layers/linear.py QKVParallelLinear), not half
+    of one. Per rank and layer: q 2 x 128 x 4096 = 1,048,576, k and v 128 x 4096 = 524,288
+    each, o 4096 x 256 = 1,048,576: 3,145,728 parameters x 32 layers x 2 bytes."""
+    spec = catalog_model("meta-llama/Llama-3.1-8B").spec
+    attention = weight_bytes(spec, tp=16).per_gpu_by_role_bytes["attention"]
+    assert attention == 3_145_728 * 32 * 2 == 201_326_592
+    # without the replication k and v would be 64 rows each: 2,621,440 x 32 x 2
+    assert attention != 2_621_440 * 32 * 2

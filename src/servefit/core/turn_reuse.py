@@ -28,8 +28,13 @@ def history_block_tokens(
 def cached_history_tokens(*, turn: int, prompt_tokens: int, history_tokens: int, block: int) -> int:
     """Tokens of turn ``turn``'s prompt found in the cache: the previous turn's prompt and
     answer (``history_tokens``) in whole ``block``-token blocks, never the prompt's last
-    token (vLLM always computes it to sample). Turn 1 and ``block == 0``: none."""
+    token. vLLM must compute that token to sample, and a hit is whole blocks, so a prompt
+    that is all history recomputes its whole last block (v0.32.0
+    vllm/v1/core/kv_cache_manager.py ``get_computed_blocks``: ``max_cache_hit_length =
+    request.num_tokens - 1``, "can trigger recomputation of an entire block ... block-size
+    aligned"). A 32-token prompt whose 32 tokens are cached in 16-token blocks finds 16.
+    Turn 1 and ``block == 0``: none."""
     if turn < 2 or block < 1:
         return 0
-    cached = (history_tokens // block) * block
-    return max(0, min(cached, prompt_tokens - 1))
+    hit_limit = max(0, min(history_tokens, prompt_tokens - 1))
+    return (hit_limit // block) * block
