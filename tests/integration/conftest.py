@@ -20,13 +20,7 @@ import vllm_server as helper
 @pytest.fixture(scope="session")
 def vllm_server(tmp_path_factory: pytest.TempPathFactory):
     """A running :class:`vllm_server.VllmServer` (base_url, log_path, process, model_dir)."""
-    python = helper.VLLM_PYTHON
-    if not python.exists():
-        pytest.fail(
-            f"the vLLM server interpreter {python} does not exist; "
-            f"run `{helper.INSTALL_SCRIPT}` from the repository root first",
-            pytrace=False,
-        )
+    python = helper.require_vllm()
     work_dir = tmp_path_factory.mktemp("vllm")
     server = helper.start(helper.free_port(), work_dir, python=python)
     try:

@@ -91,13 +91,7 @@ NON_DEFAULT_ARGS_RE = re.compile(r"non-default args: (?P<args>\{.*\})")
 
 def _serve_and_collect(arch: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
     """Start the ``arch`` server, read what it built, send one request, stop it."""
-    python = helper.VLLM_PYTHON
-    if not python.exists():
-        pytest.fail(
-            f"the vLLM server interpreter {python} does not exist; "
-            f"run `{helper.INSTALL_SCRIPT}` from the repository root first",
-            pytrace=False,
-        )
+    python = helper.require_vllm()
     mnbt = ARCHS[arch]["max_num_batched_tokens"]
     extra = ["--max-num-batched-tokens", str(mnbt), "--max-num-seqs", str(MAX_NUM_SEQS)]
     if "block_size" in ARCHS[arch]:

@@ -73,13 +73,7 @@ MAX_NUM_BATCHED_TOKENS = 2048  # the CPU API server's default, given explicitly
 
 def _serve(arch: str, extra: list[str], tmp_path_factory: pytest.TempPathFactory) -> dict:
     """Start the ``arch`` server, read what it built, send one request, stop it."""
-    python = helper.VLLM_PYTHON
-    if not python.exists():
-        pytest.fail(
-            f"the vLLM server interpreter {python} does not exist; "
-            f"run `{helper.INSTALL_SCRIPT}` from the repository root first",
-            pytrace=False,
-        )
+    python = helper.require_vllm()
     extra = [
         *extra,
         "--max-num-batched-tokens",

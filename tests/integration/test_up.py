@@ -122,10 +122,7 @@ def _assert_nothing_left(run_dir: Path, port: int) -> None:
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    if not helper.VLLM_PYTHON.exists():
-        pytest.fail(
-            f"{helper.VLLM_PYTHON} does not exist: run {helper.INSTALL_SCRIPT}", pytrace=False
-        )
+    helper.require_vllm()
     work = tmp_path_factory.mktemp("up-models")
     return {arch: helper.build_tiny_model(work, arch=arch) for arch in ["llama", *HYBRID_ARCHS]}
 

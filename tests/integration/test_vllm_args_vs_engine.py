@@ -18,13 +18,13 @@ from servefit.errors import InvalidArgumentError
 from servefit.preflight.engine_args import parse_many_with_engine
 from servefit.preflight.vllm_args import VllmCommand, parse_vllm_command
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(
-        not helper.VLLM_PYTHON.exists(),
-        reason=f"no vLLM interpreter at {helper.VLLM_PYTHON} ({helper.INSTALL_SCRIPT} makes it)",
-    ),
-]
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True)
+def _engine() -> None:
+    helper.require_vllm()  # fails without the engine (SERVEFIT_WITHOUT_VLLM=1: skips)
+
 
 SERVE = ["vllm", "serve"]
 ENGINE_TIMEOUT_S = 600.0  # one vLLM import: 15-45 s on a busy 2-core machine

@@ -29,6 +29,30 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = REPO_ROOT / ".venv-vllm" / "bin" / "python"
 INSTALL_SCRIPT = "scripts/vllm_cpu/install.sh"
+# The one opt-out for a machine without the engine: SERVEFIT_WITHOUT_VLLM=1 skips, with the
+# reason, every test that needs the real vLLM; without it such a test fails (a run that
+# silently tests nothing is worse than a red one).
+WITHOUT_VLLM_ENV = "SERVEFIT_WITHOUT_VLLM"
+
+
+def require_vllm() -> Path:
+    """The vLLM interpreter, or the test fails naming the install script (skips only with
+    ``SERVEFIT_WITHOUT_VLLM=1``)."""
+    import os
+
+    import pytest
+
+    if not VLLM_PYTHON.exists():
+        message = (
+            f"the vLLM interpreter {VLLM_PYTHON} does not exist; run `{INSTALL_SCRIPT}` from "
+            f"the repository root (or set {WITHOUT_VLLM_ENV}=1 to skip the tests that need it)"
+        )
+        if os.environ.get(WITHOUT_VLLM_ENV) == "1":
+            pytest.skip(message)
+        pytest.fail(message, pytrace=False)
+    return VLLM_PYTHON
+
+
 MAKE_TINY_MODEL = Path(__file__).resolve().with_name("make_tiny_model.py")
 
 HOST = "127.0.0.1"  # loopback only
