@@ -63,7 +63,7 @@ def find_gpu(name: str) -> GpuSpec:
 
 def _table_keys(table: str) -> set[str]:
     """The normalised name and aliases of one ``[[gpu]]`` table's text."""
-    keys = set()
+    keys: set[str] = set()
     for value in _NAME_LINE.findall(table):
         keys.update(normalise_gpu_name(v) for v in re.findall(r'"([^"]*)"', value))
     return keys

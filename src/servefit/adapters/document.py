@@ -13,7 +13,7 @@ import dataclasses
 import json
 import math
 from collections.abc import Callable
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, dataclass_transform
 
 # Loaders of types a document module names only in annotations (imported lazily so that
 # writing a document does not import them); reading any document runs them first, so
@@ -32,6 +32,7 @@ def _load_annotation_types() -> None:
         loader()
 
 
+@dataclass_transform(frozen_default=True, kw_only_default=True)  # type checkers see it too
 class FrozenDoc:
     """Subclasses are made frozen, keyword-only dataclasses; the pydantic-style methods
     (``model_dump``, ``model_dump_json``, ``model_copy``, ``model_validate_json``) are the

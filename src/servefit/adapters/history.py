@@ -328,7 +328,8 @@ def insert_run(path: Path, run: NewRun) -> int:
 
 def select_runs(path: Path, query: RunQuery) -> list[RunRecord]:
     """The runs matching ``query``; none when the file does not exist (it is not created)."""
-    where, params = [], []
+    where: list[str] = []
+    params: list[Any] = []
     if query.kind is not None:
         where.append("kind = ?")
         params.append(query.kind)

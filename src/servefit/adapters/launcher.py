@@ -252,5 +252,5 @@ def forward_signals(child: Supervised) -> Iterator[None]:
     try:
         yield
     finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+        for number, old in previous.items():
+            signal.signal(number, old)

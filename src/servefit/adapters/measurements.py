@@ -226,7 +226,7 @@ def predict_prepared(
     concurrency = w.concurrency
     if concurrency is None and w.request_rate_per_s is None:
         concurrency = w.num_requests  # everything sent at once (offline throughput runs)
-        if max_requests:
+        if max_requests and concurrency is not None:
             concurrency = min(concurrency, max_requests)
     workload = Workload(
         input_len=LengthDist(mean=w.input_len, range_ratio=w.range_ratio),

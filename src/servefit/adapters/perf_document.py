@@ -228,6 +228,8 @@ def comparison_document(c: Comparison, workload: str) -> CompareDocument:
 
 
 def cost_outcome_document(c: CostOutcome) -> CostDocument:
+    if c.performance is None or c.estimate is None:  # the CLI prices only what runs
+        raise ValueError("a cost document needs a deployment that runs (performance, price)")
     return cost_document(
         model=c.plan.resolved.model_id,
         gpu=c.plan.resolved.gpu.name,

@@ -310,6 +310,6 @@ def redact_standard_streams(argv: Iterable[str]) -> None:
 
     remember_secrets(argv_secret_values(list(argv)))
     if not isinstance(sys.stdout, RedactingStream) and sys.stdout is not None:
-        sys.stdout = RedactingStream(sys.stdout)  # type: ignore[assignment]
+        sys.stdout = RedactingStream(sys.stdout)
     if not isinstance(sys.stderr, RedactingStream) and sys.stderr is not None:
-        sys.stderr = RedactingStream(sys.stderr)  # type: ignore[assignment]
+        sys.stderr = RedactingStream(sys.stderr)

@@ -20,6 +20,7 @@ import dataclasses
 import math
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -196,6 +197,7 @@ def measured_device(
     name: str, memory_bytes: int, bandwidth_bytes_per_s: float, peaks: dict[str, float], source: str
 ) -> GpuSpec:
     """A device without a datasheet: measured ceilings stand in for its peaks."""
+    measured: dict[str, Any] = {field: peaks.get(dtype) for dtype, field in PEAK_FIELDS.items()}
     return GpuSpec(
         name=f"{name} (measured)",
         vendor="measured",
@@ -203,7 +205,7 @@ def measured_device(
         memory_bandwidth_bytes_per_s=bandwidth_bytes_per_s,
         source=source,
         is_custom=True,
-        **{field: peaks.get(dtype) for dtype, field in PEAK_FIELDS.items()},
+        **measured,
     )
 
 

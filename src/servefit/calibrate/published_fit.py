@@ -19,6 +19,7 @@ import hashlib
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from servefit.adapters.measurements import (
     Measurement,
@@ -159,7 +160,8 @@ def fit(
         improved = False
         for name in factors:
             for value in grids[name]:
-                trial = replace(profile, **{name: value})
+                factor: dict[str, Any] = {name: value}
+                trial = replace(profile, **factor)
                 bound = best - IMPROVEMENT if prune else math.inf
                 score = _score_below(ordered, trial, predictor, max_requests, bound)
                 if score is not None and score < best - IMPROVEMENT:
@@ -176,7 +178,8 @@ def neutral_start(
 ) -> EfficiencyProfile:
     """``profile`` with each fitted factor at the middle of its grid: a start that owes
     nothing to efficiency.toml (fitted on every measurement, held-out ones included)."""
-    return replace(profile, **{name: grids[name][len(grids[name]) // 2] for name in factors})
+    middle: dict[str, Any] = {name: grids[name][len(grids[name]) // 2] for name in factors}
+    return replace(profile, **middle)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

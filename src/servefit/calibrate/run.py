@@ -233,12 +233,13 @@ def measured_device_spec(device: Device, ceilings: Ceilings) -> GpuSpec:
 
 def scaled(gpu: GpuSpec, factor: float) -> GpuSpec:
     """A measured device whose steps ran faster than its microbenchmarks (cache effects)."""
+    peaks: dict[str, Any] = {PEAK_FIELDS[d]: v * factor for d, v in peaks_of(gpu).items()}
     return dataclass_replace(
         gpu,
         memory_bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s * factor,
         source=f"{gpu.source}, x {factor:.2f}: the model's steps ran faster than the "
         "microbenchmarks (caches)",
-        **{PEAK_FIELDS[d]: v * factor for d, v in peaks_of(gpu).items()},
+        **peaks,
     )
 
 

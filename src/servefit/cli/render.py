@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -191,7 +192,7 @@ def render_capacity(
         )
 
 
-def render_gpus(rows: list[tuple[str, ...]], console: Console) -> None:
+def render_gpus(rows: Sequence[tuple[str, ...]], console: Console) -> None:
     table = Table(title="GPU catalog (dense peak figures)", title_justify="left")
     for col in ("name", "memory", "bandwidth", "bf16", "fp8", "CC", "aliases"):
         table.add_column(col)

@@ -107,6 +107,7 @@ def gpu_from_row(row: Mapping[str, Any]) -> GpuSpec:
     if unknown:
         raise ConfigError(f"GPU catalog row {row.get('name')!r} has unknown fields: {unknown}")
     try:
+        figures: dict[str, Any] = {k: float(row[k]) for k in _NUMERIC_FIELDS if k in row}
         return GpuSpec(
             name=str(row["name"]),
             vendor=str(row["vendor"]),
@@ -120,7 +121,7 @@ def gpu_from_row(row: Mapping[str, Any]) -> GpuSpec:
             interconnect=str(row.get("interconnect", "")),
             is_provisional=bool(row.get("is_provisional", False)),
             source=str(row.get("source", "")),
-            **{k: float(row[k]) for k in _NUMERIC_FIELDS if k in row},
+            **figures,
         )
     except KeyError as missing:
         raise ConfigError(f"GPU catalog row {row.get('name')!r} lacks {missing}") from None

@@ -24,6 +24,7 @@ from servefit.core.hf_fields import (
 )
 from servefit.core.hf_values import Limit
 from servefit.core.model_spec import (
+    AttentionSpec,
     DenseMlpSpec,
     LayerSpec,
     MlaSpec,
@@ -92,7 +93,8 @@ def parse_gemma(f: Fields, name: str) -> ModelSpec:
         )
     # Gemma 3's local layers use their own RoPE base: a second cache
     two = model_type.startswith("gemma3") and any(
-        layer.mixer.sliding_window_tokens for layer in layers
+        isinstance(layer.mixer, AttentionSpec) and layer.mixer.sliding_window_tokens
+        for layer in layers
     )
     return build_spec(f, name=name, layers=layers, tie_default=True, rope_caches=2 if two else 1)
 

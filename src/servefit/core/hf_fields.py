@@ -15,6 +15,7 @@ Pure: takes dictionaries, returns values.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping
 from typing import Any
 
@@ -191,7 +192,7 @@ class Fields:
             value = default
         return checked_int(self.where, name, value)
 
-    def optional_int(self, *names: str) -> int | None:
+    def optional_int(self, *names: str) -> builtins.int | None:
         name, value = self.find(*names)
         return None if value is None else checked_int(self.where, name, value)
 
@@ -227,7 +228,7 @@ class Fields:
             raise ConfigError(f"{self.where}: {name} must be a list of strings, got {show(value)}")
         return value
 
-    def layer_indices(self, name: str) -> frozenset[int]:
+    def layer_indices(self, name: str) -> frozenset[builtins.int]:
         """A list of layer indices (``mlp_only_layers``); empty when absent."""
         _, value = self.find(name)
         if value is None:
@@ -302,7 +303,8 @@ def _dtype(f: Fields) -> str:
     return dtype
 
 
-def attention_spec(f: Fields, *, window: int | None = None, **flags: bool) -> AttentionSpec:
+def attention_spec(f: Fields, *, window: int | None = None, **flags: Any) -> AttentionSpec:
+    """The attention of a layer; ``flags`` are AttentionSpec's own fields, checked there."""
     h = f.int("hidden_size")
     num_heads = f.int("num_attention_heads")
     num_kv = f.int("num_key_value_heads", default=num_heads)

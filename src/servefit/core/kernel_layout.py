@@ -257,7 +257,7 @@ def laid_out_bytes(
     *,
     in_features: int,
     out_features: int,
-    model_dtype_bytes: int,
+    model_dtype_bytes: float,
 ) -> float:
     """Bytes of one ``out x in`` weight (one rank's shape, already padded for MoE by
     :func:`moe_padded_dims`) with its scales, as ``layout`` keeps it."""
@@ -288,7 +288,7 @@ def laid_out_bytes(
     raise AssertionError(layout.kernel)  # every Kernel has its rule above
 
 
-def laid_out_bias_bytes(layout: KernelLayout, model_dtype_bytes: int) -> int:
+def laid_out_bias_bytes(layout: KernelLayout, model_dtype_bytes: float) -> float:
     """Bytes per bias element: the TRITON and TRTLLM MXFP4 paths convert expert biases to
     float32."""
     if layout.kernel in (Kernel.TRITON_MOE_MXFP4, Kernel.TRTLLM_MOE_MXFP4):

@@ -217,7 +217,7 @@ def blocks_counter(plan: CapacityPlan):
 
 def curve_concurrencies(top: int) -> tuple[int, ...]:
     """1, 2, 4, ... up to ``top`` (and ``top`` itself)."""
-    points = []
+    points: list[int] = []
     c = 1
     while c < top and len(points) < CURVE_MAX_POINTS - 1:
         points.append(c)

@@ -147,7 +147,7 @@ class Simulation:
         """Whether a request holding ``new_blocks`` after this step (``new_final_blocks`` at
         its full length) fits beside the running ones (growing by ``grow``), with the
         engine's reserved share of every request's output still to come kept free."""
-        held = self.used + grow + new_blocks
+        held: float = self.used + grow + new_blocks
         if self.reserve:
             to_come = self.final_blocks + new_final_blocks - held
             held += self.reserve * max(to_come, 0)

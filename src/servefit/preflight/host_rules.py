@@ -181,7 +181,8 @@ def check_torch_arch(facts: HostFacts) -> Check:
         )
     if t.device_problems():
         return Check(name=name, status=Status.SKIP, reason="depends on a failed link above")
-    problems, jit = [], []
+    problems: list[str] = []
+    jit: list[str] = []
     for cc in sorted({cc_tuple(g) for g in nvml.gpus}):
         sm = f"sm_{cc[0]}{cc[1]}"
         if sm in t.arch_list:

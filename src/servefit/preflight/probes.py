@@ -39,7 +39,7 @@ def _short(exc: Exception) -> str:
     return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
 
 
-def _run_json(args: list[str], timeout_s: float) -> tuple[dict[str, Any] | None, str | None]:
+def _run_json(args: list[str], timeout_s: float) -> tuple[Any, str | None]:
     """Run a probe subprocess that prints one JSON object; (result, error)."""
     try:
         done = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, check=False)
@@ -218,7 +218,7 @@ def probe_torch(python: str, timeout_s: float = TORCH_TIMEOUT_S) -> TorchFacts:
 def probe_engines(python: str, timeout_s: float = ENGINE_TIMEOUT_S) -> list[EngineFacts]:
     raw, _ = _run_json([python, "-c", ENGINE_SCRIPT % (ENGINE_DISTRIBUTIONS,)], timeout_s)
     try:
-        return [EngineFacts(**e) for e in raw or []]  # type: ignore[union-attr]
+        return [EngineFacts(**e) for e in raw or []]
     except (ValidationError, TypeError):
         return []  # unreadable counts as no engine: the engine check fails closed
 
