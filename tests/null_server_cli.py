@@ -43,3 +43,30 @@ def null_server(*flags: str) -> Iterator[str]:
     finally:
         server.terminate()
         server.wait(10)
+
+
+@contextmanager
+def page(*flags: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """Start ``servefit ui --port 0 FLAGS``; yield the URL it printed (the port the OS
+    gave); stop it with Ctrl-C and check it stopped cleanly (exit 0)."""
+    import signal
+
+    proc = subprocess.Popen(
+        [*CLI, "ui", "--port", "0", *flags],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env or OFFLINE,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()  # "servefit ui: http://127.0.0.1:PORT/ (Ctrl-C stops it)"
+        assert line.startswith("servefit ui: http://"), line
+        yield line.split()[2]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    assert proc.returncode == 0, f"servefit ui exited {proc.returncode} on Ctrl-C"

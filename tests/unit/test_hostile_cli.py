@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from tests.null_server_cli import page
 from tests.unit.test_cli import OFFLINE
 
 CLI = [sys.executable, "-m", "servefit.cli.main"]
@@ -244,32 +245,14 @@ def test_f12_a_log_longer_than_the_limit_is_read_to_it(tmp_path, monkeypatch):
 def test_f8_and_f14_the_page_reports_its_port_and_answers_bad_run_ids_with_400(tmp_path):
     db = tmp_path / "h.sqlite"
     assert run("plan", MODEL, "--gpu", "H100", "--save", "--db", str(db)).returncode == 0
-    proc = subprocess.Popen(
-        [*CLI, "ui", "--port", "0", "--db", str(db)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=OFFLINE,
-    )
-    try:
-        assert proc.stderr is not None
-        line = proc.stderr.readline()  # "servefit ui: http://127.0.0.1:PORT/ (Ctrl-C stops it)"
-        assert line.startswith("servefit ui: http://127.0.0.1:"), line
-        url = line.split()[2]
-        port = int(url.rstrip("/").rpartition(":")[2])
-        assert port > 0  # the port the OS gave, not 0
+    with page("--db", str(db)) as url:  # exits 0 on Ctrl-C: asserted by page()
+        assert url.startswith("http://127.0.0.1:")
+        assert int(url.rstrip("/").rpartition(":")[2]) > 0  # the port the OS gave, not 0
         query = f"model={MODEL}&gpu=H100"
         for run_id in ("h" + "9" * 30, "h" + str(2**63), "h%C2%B2", "abc", "9" * 30):
             status, body = _get(f"{url}api/report.html?{query}&run={run_id}")
             assert status == 400, (run_id, status, body[:200])
             assert json.loads(body)["field"] == "run"
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    assert proc.returncode == 0  # Ctrl-C stops the page cleanly
 
 
 def _get(url: str) -> tuple[int, str]:

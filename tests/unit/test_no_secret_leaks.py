@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from tests.null_server_cli import CLI, null_server
+from tests.null_server_cli import CLI, null_server, page
 from tests.unit.test_cli import OFFLINE
 
 from servefit.cli.main import COMMANDS
@@ -128,17 +128,8 @@ def world(tmp_path_factory):
 
 def _page(env: dict[str, str], run_dir: Path, ids: list[int]) -> dict[str, str]:
     """What the page answers about the runs: the history, a registered run's report."""
-    proc = subprocess.Popen(
-        [*CLI, "ui", "--port", "0", "--run", str(run_dir)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
     answers = {}
-    try:
-        assert proc.stderr is not None
-        base = proc.stderr.readline().split()[2]
+    with page("--run", str(run_dir), env=env) as base:
         query = f"model={MODEL}&gpu=H100"
         paths = ["api/history", "api/catalog", f"api/report.html?{query}&run=1"]
         paths += [f"api/report.html?{query}&run=h{i}" for i in ids]
@@ -148,9 +139,6 @@ def _page(env: dict[str, str], run_dir: Path, ids: list[int]) -> dict[str, str]:
                     answers[path] = response.read().decode()
             except urllib.error.HTTPError as error:  # a history run without a folder: 400
                 answers[path] = error.read().decode()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
     return answers
 
 
