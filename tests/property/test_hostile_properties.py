@@ -244,7 +244,7 @@ def test_a_secret_in_any_of_its_spellings_never_survives(secret, name, before, a
         "bearer": f"Authorization: Bearer {secret}",
         "listed": json.dumps([f"--{name}", secret]),
     }[form]
-    assume(secret not in before + after)
+    assume(secret not in before + after and secret not in name)
     assert is_secret_name(f"--{name}")
     out = redact_text(f"{before} {spelled} {after}")
     assert secret not in out
@@ -267,7 +267,7 @@ def test_a_redacted_json_document_is_still_json(doc, secret, name, where):
         "mapping": {name.replace("-", "_"): secret},
         "list": ["vllm", "serve", f"--{name}", secret],
     }[where]
-    assume(secret not in json.dumps(doc))
+    assume(secret not in json.dumps(doc) and secret not in name)  # not "password" itself
     text = json.dumps({"doc": doc, "planted": planted}, indent=2)
     out = json.loads(redact_text(text))
     assert secret not in json.dumps(out)

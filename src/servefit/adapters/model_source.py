@@ -244,7 +244,9 @@ def _from_hub(model_id: str, revision: str | None) -> LoadedModel:
         except LocalEntryNotFoundError:  # offline (HF_HUB_OFFLINE or no network) and not cached
             if not required:
                 return None
-            raise HubError(unreachable.format("offline, not in the local cache")) from None
+            raise HubError(
+                unreachable.format("offline, not in the local cache") + _close_hint(model_id)
+            ) from None
         except EntryNotFoundError:
             if required:
                 raise ModelNotFoundError(f"{model_id} has no {filename} on the Hub") from None
@@ -257,7 +259,8 @@ def _from_hub(model_id: str, revision: str | None) -> LoadedModel:
         except RepositoryNotFoundError:
             raise ModelNotFoundError(
                 f"{model_id!r} is not a local path, not in the bundled catalog "
-                f"({len(model_ids())} models, see `servefit models`) and not a Hub repository"
+                f"({len(model_ids())} models, see `servefit models`) and not a Hub repository."
+                + _close_hint(model_id)
             ) from None
         except (OSError, ValueError, HfHubHTTPError) as exc:  # DNS, proxy, HTTP, timeouts
             if not required:
@@ -294,6 +297,37 @@ def model_from_config(
 HUB_ID_PART_CHARS = 96
 HUB_ID_RE = re.compile(r"[A-Za-z0-9_.-]{1,96}/[A-Za-z0-9_.-]{1,96}")
 SHOWN_NAME_CHARS = 80  # of a model argument quoted in an error
+
+
+CLOSE_ENTRIES = 3  # bundled ids suggested for one that is not bundled
+
+
+def close_entries(model: str) -> list[str]:
+    """The bundled ids nearest ``model`` (``Qwen/Qwen2.5-7B-Instruct`` -> the base
+    ``Qwen/Qwen2.5-7B``, its siblings): by the whole id, then by the name after the org."""
+    import difflib
+
+    ids = list(model_ids())
+    by_lower = {i.lower(): i for i in ids}
+    wanted = model.lower()
+    # the checkpoint it was derived from first (an -Instruct, -AWQ or -FP8 of a bundled id)
+    found = sorted((i for i in by_lower if wanted.startswith(i) and i != wanted), key=len)[::-1]
+    found += difflib.get_close_matches(wanted, list(by_lower), n=CLOSE_ENTRIES, cutoff=0.6)
+    if not found:
+        names = {i.rpartition("/")[2]: i for i in by_lower}
+        name = wanted.rpartition("/")[2]
+        found = [names[n] for n in difflib.get_close_matches(name, list(names), cutoff=0.6)]
+    return [by_lower[f] for f in dict.fromkeys(found)][:CLOSE_ENTRIES]
+
+
+def _close_hint(model: str) -> str:
+    near = close_entries(model)
+    if not near:
+        return ""
+    return (
+        f" Close bundled entries: {', '.join(near)} (a sibling may differ in its context or "
+        "quantization: give its config.json to plan it exactly)."
+    )
 
 
 def _shown(model: str) -> str:
@@ -339,7 +373,9 @@ def load_model(
             "existing path"
         )
     if not allow_hub:
-        raise ModelNotFoundError(f"{model!r} is not in the bundled catalog and --offline is set")
+        raise ModelNotFoundError(
+            f"{model!r} is not in the bundled catalog and --offline is set." + _close_hint(model)
+        )
     return _from_hub(model, revision)
 
 
