@@ -1,7 +1,8 @@
 """The NVML paths on a real NVIDIA GPU (the ``gpu`` marker): what ``tests/unit/test_nvml_paths.py``
-checks against a fake NVML, read from the driver itself. Skipped where NVML finds no GPU
-(CI has none; a session lent a GPU runs ``python -m pytest -m gpu tests/gpu`` there and
-records the figures in its note)."""
+checks against a fake NVML, read from the driver itself. Deselected by default (the
+``gpu`` marker, pyproject's addopts: CI has no GPU); a session lent one runs ``python -m
+pytest -m gpu tests/gpu -s`` there and records the figures in its note. With ``-m gpu`` on a
+machine where NVML finds no GPU, each test is skipped saying so."""
 
 from __future__ import annotations
 
