@@ -107,12 +107,7 @@ def remember_secrets(values: Iterable[str]) -> None:
     _REMEMBERED.update(v for v in values if len(v) >= MIN_SECRET_CHARS)
 
 
-def forget_secrets() -> None:
-    """Empty the remembered secrets (tests run several commands in one process)."""
-    _REMEMBERED.clear()
-
-
-def url_credentials(text: str) -> list[str]:
+def url_userinfo_values(text: str) -> list[str]:
     """The user-info of every URL in ``text``, and its password part: ``http://u:p@h`` ->
     ``["u:p", "p"]``."""
     found: list[str] = []
@@ -123,12 +118,6 @@ def url_credentials(text: str) -> list[str]:
         if colon and password:
             found.append(password)
     return found
-
-
-def strip_url_credentials(url: str) -> str:
-    """``http://user:TOKEN@host:8000/v1`` -> ``http://host:8000/v1``: the URL as it may be
-    stored or printed (the credentials travel in a header, never in a document)."""
-    return _URL_USERINFO.sub(lambda m: m["scheme"], url)
 
 
 def secret_env_values(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -171,7 +160,7 @@ def argv_secret_values(argv: list[str] | tuple[str, ...]) -> list[str]:
     reappear (an error that quotes one)."""
     found: list[str] = []
     for i, arg in enumerate(argv):
-        found += url_credentials(arg)
+        found += url_userinfo_values(arg)
         name, eq, value = arg.partition("=")
         if not arg.startswith("-") or not is_secret_name(name):
             continue
