@@ -39,7 +39,7 @@ from servefit.core.roofline import EfficiencyProfile
 from servefit.core.stats import percentile
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_FILE = ROOT / "tests" / "golden" / "perf_measurements.json"
+DEFAULT_FILE = ROOT / "benchmarks" / "fidelity" / "speed.json"
 
 
 def _report(

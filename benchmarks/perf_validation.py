@@ -1,6 +1,6 @@
 """Predicted vs measured: servefit's performance model on published measurements.
 
-    python benchmarks/perf_validation.py [--file tests/golden/perf_measurements.json]
+    python benchmarks/perf_validation.py [--file benchmarks/fidelity/speed.json]
 
 Prints one row per measurement (what was measured, where, servefit's prediction, the
 relative error and what bounds the prediction), then the median and p90 of the absolute
@@ -19,7 +19,7 @@ from servefit.adapters.measurements import load_measurements, predict, profile_f
 from servefit.core.stats import percentile
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_FILE = ROOT / "tests" / "golden" / "perf_measurements.json"
+DEFAULT_FILE = ROOT / "benchmarks" / "fidelity" / "speed.json"
 
 
 def _fmt(value: float, metric: str) -> str:

@@ -1,5 +1,5 @@
 """Out-of-sample accuracy of the performance model (issue 14): the efficiency factors are
-fitted on one part of tests/golden/perf_measurements.json and judged on the rest.
+fitted on one part of benchmarks/fidelity/speed.json and judged on the rest.
 
 The split (``servefit.calibrate.published_fit.is_held_out``): a measurement is held out when
 the SHA-256 of its id is divisible by 3, so a new measurement lands on a fixed side and moves
@@ -27,9 +27,9 @@ What CI runs, and why it is cheaper than the benchmark:
 from __future__ import annotations
 
 from functools import cache
-from pathlib import Path
 
 import pytest
+from tests.corpus import SPEED
 
 from servefit.adapters.measurements import load_measurements, profile_for
 from servefit.calibrate.published_fit import (
@@ -46,7 +46,7 @@ from servefit.calibrate.published_fit import (
     summary_by_profile,
 )
 
-FILE = Path(__file__).with_name("perf_measurements.json")
+FILE = SPEED
 MEASUREMENTS = load_measurements(FILE)
 
 FULL_GRID_PROFILES = [("apple", "llama.cpp"), ("apple", "mlx"), ("nvidia-gddr", "llama.cpp")]

@@ -1,4 +1,4 @@
-"""The performance model against published measurements (tests/golden/perf_measurements.json).
+"""The performance model against published measurements (benchmarks/fidelity/speed.json).
 
 Each measurement carries its source, a quote and the full workload; servefit predicts the
 same metric for the same setup with one efficiency profile per hardware class and engine
@@ -9,15 +9,15 @@ same metric for the same setup with one efficiency profile per hardware class an
 from __future__ import annotations
 
 from functools import cache
-from pathlib import Path
 
 import pytest
+from tests.corpus import SPEED
 
 from servefit.adapters.measurements import Measurement, load_measurements, predict, profile_for
 from servefit.core.stats import percentile
 from servefit.errors import ConfigError
 
-FILE = Path(__file__).with_name("perf_measurements.json")
+FILE = SPEED
 MEASUREMENTS = load_measurements(FILE)
 MEDIAN_TARGET = 0.15
 P90_TARGET = 0.35

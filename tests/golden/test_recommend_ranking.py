@@ -1,6 +1,6 @@
 """``recommend``'s cost ranking of GPUs against published measurements.
 
-Where ``tests/golden/perf_measurements.json`` measured the same model with the same workload
+Where ``benchmarks/fidelity/speed.json`` measured the same model with the same workload
 on several GPUs that the price catalog prices (vLLM or TensorRT-LLM servers; llama.cpp's
 desktop runs are left out, since ``recommend`` searches vLLM fleets), the measured cost of
 an output token is the GPU's catalog price over the measured output rate
@@ -22,7 +22,8 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from functools import cache
-from pathlib import Path
+
+from tests.corpus import SPEED
 
 from servefit.adapters.catalog import gpu_price
 from servefit.adapters.measurements import Measurement, load_measurements
@@ -31,7 +32,7 @@ from servefit.app.fleet import FleetRequest, recommend_fleet
 from servefit.core.fleet import FleetSlo
 from servefit.core.metrics import Slo
 
-FILE = Path(__file__).with_name("perf_measurements.json")
+FILE = SPEED
 ENGINES = ("vllm", "trtllm")
 OUTPUT_RATE_METRICS = (
     "output_throughput_tok_per_s",

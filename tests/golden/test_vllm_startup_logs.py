@@ -1,4 +1,4 @@
-"""servefit against real vLLM startup logs (tests/golden/vllm_startup_logs.json).
+"""servefit against real vLLM startup logs (benchmarks/fidelity/startup_logs.json).
 
 Each case holds the flags of a real ``vllm serve`` run and the numbers vLLM printed. Two checks:
 
@@ -17,14 +17,14 @@ smallest worker, so for them only the prediction is checked.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from tests.corpus import STARTUP_LOGS
 
 from servefit.core.plan import ServeSettings, plan_capacity
 from servefit.units import GIB_BYTES
 
-CASES = json.loads((Path(__file__).parent / "vllm_startup_logs.json").read_text())["cases"]
+CASES = json.loads(STARTUP_LOGS.read_text())["cases"]
 GIB_ROUNDING = 0.005 * GIB_BYTES  # logs print GiB with two decimals
 PREDICTION_GAPS: set[str] = set()  # cases whose loading servefit does not model: none now
 

@@ -1,4 +1,4 @@
-"""``check-log`` on every real startup log in tests/golden/vllm_startup_logs.json, on a real
+"""``check-log`` on every real startup log in benchmarks/fidelity/startup_logs.json, on a real
 vLLM 0.32 CPU log, and on bad input.
 
 The golden logs print no flags (their cases carry them), so each is checked as a user would:
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from tests.corpus import STARTUP_LOGS
 
 from servefit.adapters.vllm_log import Refusal
 from servefit.app.check_log import (
@@ -27,7 +28,7 @@ from servefit.cli.main import cli
 from servefit.core.plan import ServeSettings
 from servefit.units import GIB_BYTES
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "vllm_startup_logs.json"
+GOLDEN = STARTUP_LOGS
 CASES = json.loads(GOLDEN.read_text())["cases"]
 GIB_ROUNDING = 0.005 * GIB_BYTES
 

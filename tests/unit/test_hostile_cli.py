@@ -17,13 +17,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from tests.corpus import STARTUP_LOGS
 from tests.null_server_cli import page
 from tests.unit.test_cli import OFFLINE
 
 CLI = [sys.executable, "-m", "servefit.cli.main"]
 TIMEOUT_S = 120  # against a hang only
 MODEL = "Qwen/Qwen3-8B"  # in the bundled catalog: planned offline
-REFERENCE = Path(__file__).resolve().parents[1] / "golden" / "vllm_startup_logs.json"
+REFERENCE = STARTUP_LOGS
 
 
 def run(*args: str, stdin: str | None = None, env: dict | None = None):

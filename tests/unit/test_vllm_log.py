@@ -2,7 +2,7 @@
 
 Sources: the 0.32 CPU lines were printed by the integration tests' server (vLLM 0.32.0 CPU
 build, tiny Llama, ``VLLM_CPU_KVCACHE_SPACE=1``); the 0.19 lines are the llm-d-planner logs
-in ``tests/golden/vllm_startup_logs.json``; the 0.10 lines are the format strings of vLLM
+in ``benchmarks/fidelity/startup_logs.json``; the 0.10 lines are the format strings of vLLM
 0.10 (``"Model loading took %.4f GiB and %.6f seconds"`` in ``v1/worker/gpu_model_runner.py``,
 ``"vLLM API server version %s"`` in ``entrypoints/openai/api_server.py``, the KV size and
 concurrency on two lines in ``v1/core/kv_cache_utils.py``), the refusals those of

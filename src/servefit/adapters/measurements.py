@@ -1,6 +1,6 @@
 """Published performance measurements, and servefit's prediction of each.
 
-A measurement file (``tests/golden/perf_measurements.json`` is one) lists what someone
+A measurement file (``benchmarks/fidelity/speed.json`` is one) lists what someone
 measured -- model, weights, GPU and layout, engine, workload, the metric and its value --
 with the source and a quote. :func:`predict` runs the planner and the performance model on
 the same description, so the same file validates the model (``benchmarks/perf_validation.py``)
