@@ -105,6 +105,9 @@ class Measurement(BaseModel):
     regime: str  # e.g. "batch-1 decode", "prefill", "saturated", "moderate load"
     notes: str = ""
     outlier_reason: str = ""  # why servefit misses this one by far (kept in the statistics)
+    # whether data/efficiency.toml's factors were fitted with this measurement in sight; a
+    # fresh one (false) judges the model out of sample in benchmarks/fidelity.py
+    fitted: bool = True
 
 
 class MeasurementFile(BaseModel):

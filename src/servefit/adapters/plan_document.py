@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 from servefit import __version__
 from servefit.adapters.document import FrozenDoc, register_annotation_types
+from servefit.core.error_band import ErrorBand, PredictionBands
+from servefit.core.margin import Margin
 from servefit.core.plan import CapacityPlan
 from servefit.core.weights import WeightBytes, weight_bytes
 
@@ -117,6 +119,38 @@ class MemorySection(FrozenDoc):
     weights_checkpoint_bytes_per_gpu: int | None = None
 
 
+class BandSection(FrozenDoc):
+    """The measured error of one figure on its group of the fidelity corpus."""
+
+    group: str
+    records: int
+    median_abs_error: float  # a fraction: 0.07 = 7 %
+    p90_abs_error: float
+    text: str
+
+
+class ErrorBandsSection(FrozenDoc):
+    """Each figure's band; null: the figure is unvalidated on this hardware and engine."""
+
+    kv_cache_tokens: BandSection | None
+    ttft: BandSection | None
+    tpot: BandSection | None
+    throughput: BandSection | None
+
+
+class MarginSection(FrozenDoc):
+    """How far the tightest capacity comparison is from the edge."""
+
+    constraint: str
+    requests_held: float
+    requests_needed: float
+    kv_cache_fraction: float  # share of the KV cache to spare (negative: short)
+    kv_cache_bytes: int
+    kv_cache_tokens: int
+    is_at_edge: bool
+    text: str
+
+
 class VerdictSection(FrozenDoc):
     """The one verdict, with its checks and the workload it judged."""
 
@@ -130,6 +164,9 @@ class VerdictSection(FrozenDoc):
     workload: str
     workload_tokens: int
     workload_requests_held: float
+    is_at_edge: bool = False  # closer to the edge than the KV figure's measured error
+    margin: MarginSection | None = None
+    edge_advice: tuple[str, ...] = ()  # the flags that take an at-the-edge plan out of its band
 
 
 class ChangeSection(FrozenDoc):
@@ -175,6 +212,7 @@ class PlanDocument(FrozenDoc):
     performance: PerformanceSection | None = None  # None when the plan does not start
     performance_note: str = ""  # why there is no performance section
     scaling: ScalingSection | None = None  # with --num-gpus
+    error_bands: ErrorBandsSection | None = None  # each figure's measured error
 
 
 def outcome_document(
@@ -208,6 +246,9 @@ def outcome_document(
         workload=outcome.deployment.workload.describe(),
         workload_tokens=v.workload_tokens,
         workload_requests_held=v.workload_requests_held,
+        is_at_edge=v.is_at_edge,
+        margin=_margin(v.margin) if v.margin is not None else None,
+        edge_advice=v.edge_advice,
     )
     recommendation = None
     if rec is not None:
@@ -234,7 +275,42 @@ def outcome_document(
             "verdict": verdict,
             "recommendation": recommendation,
             "performance_note": outcome.performance_note if perf is None else "",
+            "error_bands": _bands(outcome.bands),
         }
+    )
+
+
+def _band(band: ErrorBand | None) -> BandSection | None:
+    if band is None:
+        return None
+    return BandSection(
+        group=band.group,
+        records=band.records,
+        median_abs_error=band.median_rel,
+        p90_abs_error=band.p90_rel,
+        text=band.describe(),
+    )
+
+
+def _bands(bands: PredictionBands) -> ErrorBandsSection:
+    return ErrorBandsSection(
+        kv_cache_tokens=_band(bands.kv_cache_tokens),
+        ttft=_band(bands.ttft),
+        tpot=_band(bands.tpot),
+        throughput=_band(bands.throughput),
+    )
+
+
+def _margin(m: Margin) -> MarginSection:
+    return MarginSection(
+        constraint=m.constraint.what,
+        requests_held=m.constraint.held,
+        requests_needed=m.constraint.needed,
+        kv_cache_fraction=m.relative,
+        kv_cache_bytes=m.bytes,
+        kv_cache_tokens=m.tokens,
+        is_at_edge=m.is_at_edge,
+        text=m.describe(),
     )
 
 

@@ -5,12 +5,13 @@ goes through here, so each gives the same answer for the same deployment."""
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from servefit.app.deployment import Deployment
 from servefit.app.resolve import Resolved, resolve
 from servefit.app.verdict import Verdict, judge
+from servefit.core.error_band import PredictionBands, bands_for
 from servefit.core.plan import CapacityPlan, ServeSettings
 from servefit.errors import InvalidArgumentError
 
@@ -32,6 +33,8 @@ class PlanOutcome:
     performance_note: str  # why there is no performance section, when there is none
     recommendation: Recommendation | None  # only when the deployment does not fit
     recommendation_args: tuple[str, ...]
+    # the measured error of each figure on this hardware and engine (benchmarks/fidelity/)
+    bands: PredictionBands = field(default_factory=PredictionBands)
 
     @property
     def fits(self) -> bool:
@@ -87,7 +90,8 @@ def plan_deployment(
     recommendation, re-planned and verified."""
     resolved = resolved or resolve(d)
     plan = capacity_for(resolved, d.engine_settings())
-    verdict = judge(plan, d)
+    bands = prediction_bands(resolved, plan, d)
+    verdict = judge(plan, d, bands.kv_cache_tokens)
     perf, note = (None, "not asked for (--no-performance)")
     if with_performance:
         perf, note = predict(resolved, plan, d)
@@ -111,4 +115,14 @@ def plan_deployment(
         performance_note=note,
         recommendation=rec,
         recommendation_args=rec_args,
+        bands=bands,
     )
+
+
+def prediction_bands(resolved: Resolved, plan: CapacityPlan, d: Deployment) -> PredictionBands:
+    """The fidelity corpus's measured error for each figure of this plan's group."""
+    from servefit.adapters.error_bands import error_bands
+    from servefit.core.hardware import hardware_class
+
+    engine = d.engine or plan.engine
+    return bands_for(error_bands(), hardware_class(resolved.gpu), engine, d.workload.concurrency)

@@ -13,6 +13,11 @@ A deployment **fits** when
    ``--target-concurrency M``).
 
 Without a workload or a target, capacity at max-model-len is reported, not judged.
+
+Every verdict also carries its margin (:mod:`servefit.core.margin`): how far the tightest of
+those comparisons is from the edge, against the measured error of the KV-cache figure on the
+deployment's hardware. Inside that error the headline says *at the edge*, with the flags that
+would take the plan out of it; the exit code still follows the prediction (0 fits, 1 not).
 """
 
 from __future__ import annotations
@@ -20,8 +25,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servefit.app.deployment import Deployment, longest_request_tokens
+from servefit.core.error_band import ErrorBand
 from servefit.core.kv_cache import max_concurrency
+from servefit.core.margin import Constraint, Margin, tightest_margin
 from servefit.core.plan import CapacityPlan
+from servefit.units import GIB_BYTES
 
 
 def is_startup_problem(problem: str) -> bool:
@@ -44,6 +52,11 @@ class Verdict:
     checks: tuple[str, ...]  # what was checked and held, in words
     workload_tokens: int  # the longest request of the workload (0 when not judged)
     workload_requests_held: float  # requests of the workload's length the KV cache holds
+    margin: Margin | None = None  # how far from the edge (None: no KV cache to measure it on)
+    # the prediction is closer to the edge than its measured error, and nothing but that
+    # capacity comparison decides it
+    is_at_edge: bool = False
+    edge_advice: tuple[str, ...] = ()  # flags that take an at-the-edge plan out of its band
 
     @property
     def fits(self) -> bool:
@@ -52,7 +65,11 @@ class Verdict:
     @property
     def headline(self) -> str:
         if self.fits:
+            if self.is_at_edge:
+                return "AT THE EDGE: predicted to fit, by less than servefit's measured error"
             return "FITS"
+        if self.is_at_edge:
+            return "AT THE EDGE: predicted not to fit, by less than servefit's measured error"
         if not self.starts:
             return "DOES NOT FIT: the engine does not start"
         if self.workload_runs is False:
@@ -60,13 +77,28 @@ class Verdict:
         return "DOES NOT FIT: the engine starts, the capacity target is missed"
 
 
-def judge(plan: CapacityPlan, d: Deployment) -> Verdict:
-    """The verdict of ``plan`` (planned with ``d.engine_settings()``) for deployment ``d``."""
+def judge(plan: CapacityPlan, d: Deployment, kv_band: ErrorBand | None = None) -> Verdict:
+    """The verdict of ``plan`` (planned with ``d.engine_settings()``) for deployment ``d``;
+    ``kv_band`` is the measured error of the KV-cache figure on this hardware (the margin is
+    judged against it)."""
     r = plan.settings
     engine_name = plan.engine_label
     reasons: list[str] = [p for p in plan.problems if is_startup_problem(p)]
     checks: list[str] = []
     starts = plan.starts
+    constraints: list[Constraint] = []
+    loads = plan.memory.weights_bytes <= plan.memory.total_bytes
+    if plan.layout.groups and loads:
+        constraints.append(
+            Constraint(
+                what=(
+                    f"one request of --max-model-len {r.max_model_len:,} tokens "
+                    "(vLLM's start check)"
+                ),
+                held=plan.max_concurrency,
+                needed=1,
+            )
+        )
 
     workload_runs: bool | None = None
     tokens, held = 0, 0.0
@@ -92,6 +124,13 @@ def judge(plan: CapacityPlan, d: Deployment) -> Verdict:
                 )
             else:
                 running = min(in_flight, r.max_num_seqs)
+                constraints.append(
+                    Constraint(
+                        what=f"the workload's {running} requests in flight of {tokens:,} tokens",
+                        held=held,
+                        needed=running,
+                    )
+                )
                 if held < running:
                     runs = False
                     reasons.append(
@@ -115,6 +154,14 @@ def judge(plan: CapacityPlan, d: Deployment) -> Verdict:
     if d.target is not None:
         t = d.target
         meets_target = True
+        if starts and plan.layout.groups and t.context_tokens <= r.max_model_len:
+            constraints.append(
+                Constraint(
+                    what=f"{t.concurrency} requests of {t.context_tokens:,} tokens (the target)",
+                    held=plan.concurrency_at_context,
+                    needed=t.concurrency,
+                )
+            )
         if t.context_tokens > r.max_model_len:
             meets_target = False
             reasons.append(
@@ -133,6 +180,11 @@ def judge(plan: CapacityPlan, d: Deployment) -> Verdict:
                 f"target: {t.concurrency} requests of {t.context_tokens:,} tokens at once "
                 f"(the KV cache holds {plan.concurrency_at_context:,.1f})"
             )
+    margin = tightest_margin(constraints, plan.memory.kv_cache_bytes, plan.kv_cache_tokens, kv_band)
+    # a plan that does not fit is at the edge only when its reasons are its capacity
+    # comparisons falling short (not a hard rule such as a context beyond max-model-len)
+    short = sum(1 for c in constraints if c.held < c.needed)
+    at_edge = margin is not None and margin.is_at_edge and len(reasons) <= short
     return Verdict(
         starts=starts,
         workload_runs=workload_runs,
@@ -141,4 +193,34 @@ def judge(plan: CapacityPlan, d: Deployment) -> Verdict:
         checks=tuple(checks),
         workload_tokens=tokens,
         workload_requests_held=held,
+        margin=margin,
+        is_at_edge=at_edge,
+        edge_advice=edge_advice(plan, margin) if margin is not None and at_edge else (),
     )
+
+
+def edge_advice(plan: CapacityPlan, margin: Margin) -> tuple[str, ...]:
+    """The flags that give the tightest constraint a margin of the band's p90: more KV memory
+    (``--gpu-memory-utilization``) or, for the start check, a shorter ``--max-model-len``."""
+    assert margin.band is not None
+    c, r, memory = margin.constraint, plan.settings, plan.memory
+    spare = margin.band.p90_rel
+    # the KV cache must hold needed / (1 - spare) requests: it grows with its memory
+    wanted_bytes = margin.kv_cache_bytes * c.needed / ((1 - spare) * c.held)
+    extra_bytes = max(0.0, wanted_bytes - margin.kv_cache_bytes)
+    advice = []
+    utilization = r.gpu_memory_utilization + extra_bytes / memory.total_bytes
+    if utilization <= 0.98:
+        advice.append(
+            f"--gpu-memory-utilization {_ceil_to(utilization, 0.01):.2f} "
+            f"({extra_bytes / GIB_BYTES:,.2f} GiB more KV cache)"
+        )
+    if c.needed == 1 and "max-model-len" in c.what:
+        shorter = int(r.max_model_len * c.held * (1 - spare)) // 256 * 256
+        if 0 < shorter < r.max_model_len:
+            advice.append(f"--max-model-len {shorter:,}")
+    return tuple(advice)
+
+
+def _ceil_to(value: float, step: float) -> float:
+    return -(-value // step) * step

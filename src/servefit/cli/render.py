@@ -299,7 +299,7 @@ def render_verdict(outcome: PlanOutcome, console: Console) -> None:
     """The one verdict, what was checked, the one recommendation and the launch command."""
     v, plan = outcome.verdict, outcome.capacity
     console.print()
-    style = "green" if v.fits else ("yellow" if v.starts else "red")
+    style = "yellow" if v.is_at_edge else ("green" if v.fits else ("yellow" if v.starts else "red"))
     console.print(f"[bold {style}]{v.headline}[/]", highlight=False)
     if outcome.deployment.is_workload_given:
         console.print(f"  workload: {outcome.deployment.workload.describe()}", highlight=False)
@@ -307,6 +307,12 @@ def render_verdict(outcome: PlanOutcome, console: Console) -> None:
         console.print(f"  - {line}", highlight=False)
     for line in v.checks:
         console.print(f"  [green]ok[/] {line}", highlight=False)
+    if v.margin is not None:
+        console.print(f"  margin: {v.margin.describe()}", highlight=False)
+    if v.edge_advice:
+        console.print(
+            f"  out of the edge: {' or '.join(v.edge_advice)}", soft_wrap=True, highlight=False
+        )
     for line in plan.warnings:
         console.print(f"  [yellow]! {line}[/]", highlight=False)
     console.print()

@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from servefit.core.error_band import FIGURE_LABELS, PredictionBands
 from servefit.core.perf import PerformancePlan
 
 
@@ -22,7 +23,9 @@ def _rate(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
 
 
-def render_performance(p: PerformancePlan, console: Console) -> None:
+def render_performance(
+    p: PerformancePlan, console: Console, bands: PredictionBands | None = None
+) -> None:
     console.print()
     console.print(f"[bold]Performance[/] ({p.workload.describe()}; {p.profile.label})")
     console.print(
@@ -44,6 +47,11 @@ def render_performance(p: PerformancePlan, console: Console) -> None:
         f"{load.request_throughput_per_s:,.2f} req/s; bound by [bold]{load.bound.value}[/]"
         + (f"; goodput {load.goodput_per_s:,.2f} req/s" if load.goodput_per_s is not None else "")
     )
+    if bands is not None:
+        for figure in ("ttft", "tpot", "throughput"):
+            console.print(
+                f"  {FIGURE_LABELS[figure]} error: {bands.describe(figure)}", highlight=False
+            )
     growth = p.queue_growth_per_s
     if growth and p.offered_rate_per_s is not None:
         console.print(

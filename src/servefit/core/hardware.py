@@ -195,3 +195,15 @@ def custom_gpu(
         source="described by command-line flags",
         is_custom=True,
     )
+
+
+def hardware_class(gpu: GpuSpec) -> str:
+    """The efficiency class of a device: what its memory and software stack look like (the
+    efficiency profiles and the error bands are kept per class)."""
+    if gpu.vendor == "apple":
+        return "apple"
+    if gpu.vendor == "amd":
+        return "amd"
+    if gpu.vendor == "nvidia":
+        return "nvidia-hbm" if gpu.memory_type.upper().startswith("HBM") else "nvidia-gddr"
+    return "generic"

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import lru_cache
 
-from servefit.core.hardware import GpuSpec
+from servefit.core.hardware import GpuSpec, hardware_class
 from servefit.core.ops import ModelCoeffs, OpCost, OpKind, StepShape, step_ops
 from servefit.errors import ConfigError, InvalidArgumentError
 
@@ -119,17 +119,6 @@ class EfficiencyProfile:
             f"{self.request_overhead_s * 1e3:.1f} ms per request"
             + (f" ({self.source})" if self.source else ""),
         )
-
-
-def hardware_class(gpu: GpuSpec) -> str:
-    """The efficiency class of a device: what its memory and software stack look like."""
-    if gpu.vendor == "apple":
-        return "apple"
-    if gpu.vendor == "amd":
-        return "amd"
-    if gpu.vendor == "nvidia":
-        return "nvidia-hbm" if gpu.memory_type.upper().startswith("HBM") else "nvidia-gddr"
-    return "generic"
 
 
 def default_engine(gpu: GpuSpec) -> str:
