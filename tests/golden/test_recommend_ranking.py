@@ -60,6 +60,8 @@ def measured_output_tok_per_s(m: Measurement) -> float:
 def groups() -> dict[tuple[str, str, str], list[Measurement]]:
     by: dict[tuple[str, str, str], dict[str, Measurement]] = defaultdict(dict)
     for m in load_measurements(FILE):
+        if not m.fitted:  # the fresh ones are scored by benchmarks/fidelity.py
+            continue
         if m.engine not in ENGINES or m.metric not in OUTPUT_RATE_METRICS:
             continue
         if m.settings.weights or gpu_price(m.gpu) is None or m.replicas != 1:
