@@ -108,9 +108,7 @@ def judge(q: dict[str, Any]) -> Answer:
             return Answer(q["id"], q["group"], "wrong", said)
         stage = _failure_stage(doc)
         ok = stage == e["why"] or (e["why"] == "kv" and stage == "context")
-        return Answer(
-            q["id"], q["group"], "right" if ok else "wrong", f"{said} (stage {stage})"
-        )
+        return Answer(q["id"], q["group"], "right" if ok else "wrong", f"{said} (stage {stage})")
     if e["kind"] in ("number", "max_model_len_at_most"):
         name = e.get("field", "kv_cache_tokens")
         tolerance = e.get("tolerance", 0.05)

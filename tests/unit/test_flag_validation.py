@@ -47,7 +47,7 @@ def servefit(*args: str) -> tuple[int, str]:
         (["--dtype", "int8"], "--dtype 'int8': unknown dtype to vLLM"),
         (["--kv-cache-dtype", "int4"], "--kv-cache-dtype 'int4' is not one vLLM takes"),
         (["--kv-cache-dtype", "turboquant_k8v4"], "vLLM takes it, but servefit does not model"),
-        (["--vllm-version", "99.0"], "servefit mirrors vLLM 0.10 to 0.33"),
+        (["--vllm-version", "99.0"], "servefit mirrors vLLM 0.8 to 0.33"),
         (["--vllm-version", ""], "not a version number"),
         (["--request-rate", "nan"], "must be a finite number"),
         (["--gpu-memory-utilization", "inf"], "must be a finite number"),

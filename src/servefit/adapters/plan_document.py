@@ -433,6 +433,7 @@ def _weights(plan: CapacityPlan) -> WeightBytes:
         tp=r.tensor_parallel_size,
         pp=r.pipeline_parallel_size,
         capability=plan.gpu.compute_capability_tuple,
+        has_triton_kernels=plan.behaviour.ships_triton_kernels,
     )
 
 

@@ -111,7 +111,7 @@ SERVE_OPTIONS = [
     click.option(
         "--vllm-version",
         default=None,
-        help="vLLM version whose accounting to mirror: 0.10 to 0.33 [0.33].",
+        help="vLLM version whose accounting to mirror: 0.8 to 0.33 [0.33].",
     ),
 ]
 
@@ -329,7 +329,7 @@ def pop_serve_settings(flags: dict[str, Any]) -> Any:
 
 
 def modelled_vllm_version(version: str | None) -> str:
-    """``--vllm-version``: a release whose accounting servefit mirrors (0.10 to the default),
+    """``--vllm-version``: a release whose accounting servefit mirrors (0.8 to the default),
     never a later one silently planned as the latest servefit knows."""
     from servefit.core.engine import DEFAULT_VLLM_VERSION, parse_version
     from servefit.errors import InvalidArgumentError
@@ -339,7 +339,7 @@ def modelled_vllm_version(version: str | None) -> str:
     newest = parse_version(DEFAULT_VLLM_VERSION)
     if parse_version(version) > newest:
         raise InvalidArgumentError(
-            f"--vllm-version {version}: servefit mirrors vLLM 0.10 to {DEFAULT_VLLM_VERSION}; a "
+            f"--vllm-version {version}: servefit mirrors vLLM 0.8 to {DEFAULT_VLLM_VERSION}; a "
             "later release may account differently. Plan with --vllm-version "
             f"{DEFAULT_VLLM_VERSION} and check the startup log (`servefit check-log`)"
         )

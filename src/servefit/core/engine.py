@@ -18,6 +18,9 @@ from servefit.errors import InvalidArgumentError
 from servefit.units import GIB_BYTES, MIB_BYTES
 
 DEFAULT_VLLM_VERSION = "0.33"
+# the first release whose default engine is V1 (v0.8.0: VLLM_USE_V1 defaults on); servefit
+# reads its accounting from the v0.8.5, v0.9.2, v0.10, v0.11.0, v0.32.0 and v0.33 sources
+OLDEST_VLLM_VERSION = (0, 8)
 
 # Scheduler defaults for the OpenAI-compatible server (vllm/engine/arg_utils.py,
 # get_batch_defaults / _set_default_args): (max_num_batched_tokens, max_num_seqs).
@@ -83,6 +86,18 @@ class VllmBehaviour:
     has_mamba2_checkpoint_block: bool = False
     # the --block-size values vLLM's argument parser takes (None: any positive integer)
     block_size_choices: tuple[int, ...] | None = None
+    # the release installs triton_kernels, so MXFP4 MoE on Hopper runs on it, not on Marlin
+    ships_triton_kernels: bool = True
+    # an A100 80GB counts as a large GPU for the server's batch defaults (0.8 only)
+    has_large_defaults_on_a100: bool = False
+    # the hybrid KV-cache manager keeps sliding-window layers at their window; without it
+    # (0.8) every sliding-window layer of a model that also has full attention is full
+    has_hybrid_kv_cache_manager: bool = True
+    # "Maximum concurrency" = GPU KV cache tokens / max_model_len (0.8), not blocks per
+    # request of each group
+    is_concurrency_from_tokens: bool = False
+    # the V1 engine serves Mamba and linear-attention models (before, vLLM falls back to V0)
+    serves_state_models: bool = True
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -100,9 +115,12 @@ class VllmBehaviour:
 def vllm_behaviour(version: str = DEFAULT_VLLM_VERSION) -> VllmBehaviour:
     major, minor = parse_version(version)
     v = (major, minor)
-    if v < (0, 10):
+    if v < OLDEST_VLLM_VERSION:
         raise InvalidArgumentError(
-            f"--vllm-version {version}: servefit models the V1 engine, vLLM 0.10 and newer"
+            f"--vllm-version {version}: servefit mirrors vLLM's V1 engine, the default from "
+            f"vLLM {_dotted(OLDEST_VLLM_VERSION)}; older releases run the V0 engine, whose "
+            f"accounting servefit does not model. Plan with --vllm-version "
+            f"{_dotted(OLDEST_VLLM_VERSION)} or later"
         )
     return VllmBehaviour(
         version=f"{major}.{minor}",
@@ -127,7 +145,33 @@ def vllm_behaviour(version: str = DEFAULT_VLLM_VERSION) -> VllmBehaviour:
         # release that added it was not identified: servefit switches at 0.32.
         has_mamba2_checkpoint_block=v >= (0, 32),
         block_size_choices=_block_size_choices(v),
+        # get_mxfp4_backend takes MARLIN on 9.x when has_triton_kernels() is false. Until
+        # vllm-project/vllm#27370 (Oct 2025, after v0.11.0) triton_kernels was installed by
+        # hand ("users have to install triton_kernels manually", #27672), and later releases
+        # load it from vllm/third_party/triton_kernels. A gpt-oss-120b log of v0.10.1 on an
+        # H100 (vllm-project/vllm#23278) loads 65.97 GiB, the Marlin layout's 65.91; one of
+        # v0.14.1 (#33155) 64.38 GiB, the triton_kernels layout (60.93 GiB before its own
+        # swizzle padding, which is not in vLLM's tree). servefit switches at 0.12.
+        ships_triton_kernels=v >= (0, 12),
+        # v0.8.5 vllm/engine/arg_utils.py _set_default_args_v1: "device_memory >= 70 *
+        # GiB_bytes" alone picks (8192, 1024); v0.9.2 adds 'and "a100" not in device_name'
+        # (PR #17885: large batches slowed the A100)
+        has_large_defaults_on_a100=v < (0, 9),
+        # v0.8.5 vllm/v1/core/kv_cache_utils.py get_kv_cache_config: unify_hybrid_kv_cache_specs
+        # turns every SlidingWindowSpec into a FullAttentionSpec when both are present;
+        # v0.9.2 does so only with disable_hybrid_kv_cache_manager
+        has_hybrid_kv_cache_manager=v >= (0, 9),
+        # v0.8.5 _get_kv_cache_config_uniform_type: "max_concurrency = num_tokens /
+        # max_model_len"; v0.9.2 get_max_concurrency_for_kv_cache_config (blocks a request)
+        is_concurrency_from_tokens=v < (0, 9),
+        # v0.9.2 arg_utils _is_v1_supported_oracle: "No Mamba or Encoder-Decoder so far" (V1
+        # falls back to V0); v0.10 serves Mamba-2 and linear-attention hybrids on V1
+        serves_state_models=v >= (0, 10),
     )
+
+
+def _dotted(v: tuple[int, int]) -> str:
+    return f"{v[0]}.{v[1]}"
 
 
 # vLLM's CacheConfig.block_size: ``BlockSize = Literal[1, 8, 16, 32, 64, 128]`` in the 0.10
@@ -180,7 +224,8 @@ def server_batch_defaults(
     """(max_num_batched_tokens, max_num_seqs) that ``vllm serve`` picks for this GPU."""
     if behaviour.has_xlarge_batch_defaults and total_memory_bytes >= XLARGE_GPU_MIN_BYTES:
         return SERVER_BATCH_DEFAULTS_XLARGE
-    if total_memory_bytes >= LARGE_GPU_MIN_BYTES and "a100" not in gpu_name.lower():
+    is_a100 = "a100" in gpu_name.lower() and not behaviour.has_large_defaults_on_a100
+    if total_memory_bytes >= LARGE_GPU_MIN_BYTES and not is_a100:
         return SERVER_BATCH_DEFAULTS_LARGE
     return SERVER_BATCH_DEFAULTS_SMALL
 

@@ -178,10 +178,16 @@ _TRTLLM_MAJOR = 10  # is_device_capability_family(100)
 
 
 def kernel_layout(
-    fmt: WeightFormat, capability: tuple[int, int] | None, kind: LayerKind
+    fmt: WeightFormat,
+    capability: tuple[int, int] | None,
+    kind: LayerKind,
+    *,
+    has_triton_kernels: bool = True,
 ) -> KernelLayout | None:
     """The kernel layout vLLM 0.32 gives ``fmt`` on a GPU of ``capability``, or None where the
-    checkpoint's bytes are what the GPU holds (native kernels, or a rule not modelled)."""
+    checkpoint's bytes are what the GPU holds (native kernels, or a rule not modelled).
+    ``has_triton_kernels``: whether the release ships the triton_kernels package (vLLM's
+    ``has_triton_kernels()``); without it MXFP4 MoE on Hopper runs on Marlin."""
     if capability is None or capability < _MARLIN_MIN:
         return None
     if fmt.name == "mxfp4" and kind is LayerKind.MOE:
@@ -192,7 +198,9 @@ def kernel_layout(
         if capability[0] == 12 or capability < _TRITON_MOE_MIN:
             return _MARLIN_MOE_MXFP4
         if capability == (9, 0):
-            return _TRITON_MOE_MXFP4
+            # get_mxfp4_backend (quantization/mxfp4.py, v0.11-v0.14): "if
+            # envs.VLLM_MXFP4_USE_MARLIN or not triton_kernels_supported: MARLIN"
+            return _TRITON_MOE_MXFP4 if has_triton_kernels else _MARLIN_MOE_MXFP4
         if capability[0] == _TRTLLM_MAJOR:
             return _TRTLLM_MOE_MXFP4
         return None

@@ -107,6 +107,9 @@ class CacheSettings:
     mamba2_checkpoint_blocks: int = 0
     # the --kv-cache-dtype values the sparse-MLA backend stores as fp8_ds_mla (by GPU)
     sparse_ds_mla_dtypes: frozenset[str] = frozenset()
+    # no hybrid KV-cache manager (vLLM 0.8): sliding-window layers beside full attention
+    # are allocated as full attention (unify_hybrid_kv_cache_specs)
+    unify_sliding_window: bool = False
 
     def __post_init__(self) -> None:
         if self.kernel_block_size < 1:
@@ -202,6 +205,8 @@ def layer_specs(spec: ModelSpec, layers: range | None, s: CacheSettings) -> tupl
         )
         state_page = max(state_page, block * per_token)  # state page padded up to match
 
+    attention = [m for m in mixers if isinstance(m, AttentionSpec)]
+    as_full = s.unify_sliding_window and any(m.sliding_window_tokens is None for m in attention)
     result = []
     for m in mixers:
         if isinstance(m, AttentionSpec):
@@ -211,7 +216,7 @@ def layer_specs(spec: ModelSpec, layers: range | None, s: CacheSettings) -> tupl
                     kind=m.kind,
                     block_size=block,
                     page_size_bytes=page,
-                    sliding_window_tokens=m.sliding_window_tokens,
+                    sliding_window_tokens=None if as_full else m.sliding_window_tokens,
                 )
             )
         elif isinstance(m, MlaSpec):

@@ -150,6 +150,7 @@ def _cache_settings(
         mla_block_size=mla_block,
         kernel_block_size=kernel_block_size,
         mamba2_checkpoint_blocks=1 if behaviour.has_mamba2_checkpoint_block else 0,
+        unify_sliding_window=not behaviour.has_hybrid_kv_cache_manager,
         sparse_ds_mla_dtypes=SPARSE_DS_MLA_DTYPES.get(cc[0], frozenset())
         if sparse and cc is not None
         else frozenset(),
@@ -215,8 +216,23 @@ def plan_capacity(
     )
     tp, pp = r.tensor_parallel_size, r.pipeline_parallel_size
     check_parallel_layout(spec, tp, pp)
+    if not behaviour.serves_state_models and spec.mixer_kinds & {
+        MixerKind.LINEAR_ATTENTION,
+        MixerKind.MAMBA,
+    }:
+        raise InvalidArgumentError(
+            f"vLLM {behaviour.version} serves Mamba and linear-attention models with its V0 "
+            "engine (V1's _is_v1_supported_oracle falls back), whose accounting servefit does "
+            "not model: plan with --vllm-version 0.10 or later"
+        )
     # quantized weights as the kernel vLLM picks on this GPU lays them out (Marlin, ...)
-    weights = weight_bytes(spec, tp=tp, pp=pp, capability=gpu.compute_capability_tuple)
+    weights = weight_bytes(
+        spec,
+        tp=tp,
+        pp=pp,
+        capability=gpu.compute_capability_tuple,
+        has_triton_kernels=behaviour.ships_triton_kernels,
+    )
     stages = pipeline_layer_split(spec.num_layers, pp)
     cache = _cache_settings(spec, gpu, r, behaviour, mamba_ssm_dtype, kernel_block_size)
 
@@ -249,6 +265,10 @@ def plan_capacity(
         tokens = int(concurrency * r.max_model_len)
     else:
         tokens = kv_cache_tokens(layout, blocks)
+    # the "Maximum concurrency" line; the start check stays in blocks a request (concurrency)
+    printed_concurrency = (
+        tokens / r.max_model_len if behaviour.is_concurrency_from_tokens else concurrency
+    )
     upper = max(r.max_model_len, spec.max_position_embeddings or 0)
     largest = largest_fitting_len(layout, blocks, mnbt, upper) if layout.groups else 0
     at_context = max_concurrency(layout, blocks, r.context_tokens, mnbt) if layout.groups else 0.0
@@ -290,7 +310,9 @@ def plan_capacity(
         *(
             f"weights as {k.kernel} lays them out on compute capability "
             f"{gpu.compute_capability}: {k.note}"
-            for k in kernel_layouts(spec, gpu.compute_capability_tuple)
+            for k in kernel_layouts(
+                spec, gpu.compute_capability_tuple, behaviour.ships_triton_kernels
+            )
         ),
     )
     return CapacityPlan(
@@ -304,7 +326,7 @@ def plan_capacity(
         layout=layout,
         num_blocks=blocks,
         kv_cache_tokens=tokens,
-        max_concurrency=concurrency,
+        max_concurrency=printed_concurrency,
         largest_max_model_len=largest,
         concurrency_at_context=at_context,
         max_context_at_concurrency=max_context,

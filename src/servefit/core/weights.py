@@ -134,13 +134,16 @@ def tensor_bytes(spec: ModelSpec, t: WeightTensor) -> float:
 
 
 def _layout_of(
-    spec: ModelSpec, t: WeightTensor, capability: tuple[int, int] | None
+    spec: ModelSpec,
+    t: WeightTensor,
+    capability: tuple[int, int] | None,
+    has_triton_kernels: bool = True,
 ) -> tuple[KernelLayout, WeightFormat] | None:
     fmt = linear_format(spec, t)
     if fmt is None or t.shard is Shard.VOCAB:
         return None
     kind = LayerKind.MOE if t.role is Role.ROUTED_EXPERTS else LayerKind.DENSE
-    layout = kernel_layout(fmt, capability, kind)
+    layout = kernel_layout(fmt, capability, kind, has_triton_kernels=has_triton_kernels)
     return None if layout is None else (layout, fmt)
 
 
@@ -161,13 +164,14 @@ def laid_out_share_bytes(
     tp: int,
     capability: tuple[int, int] | None,
     linears: dict[str, WeightTensor],
+    has_triton_kernels: bool = True,
 ) -> float | None:
     """One rank's bytes of ``t`` as the kernel vLLM picks for ``capability`` lays it out
     (:mod:`servefit.core.kernel_layout`), or None where that is the checkpoint's share."""
     if capability is None or tp < 1:
         return None
     if t.is_linear:
-        found = _layout_of(spec, t, capability)
+        found = _layout_of(spec, t, capability, has_triton_kernels)
         if found is None:
             return None
         layout, fmt = found
@@ -189,7 +193,7 @@ def laid_out_share_bytes(
     parent = linears.get(t.name.removesuffix(".bias")) if t.name.endswith(".bias") else None
     if parent is None or parent.role is not Role.ROUTED_EXPERTS:
         return None
-    found = _layout_of(spec, parent, capability)
+    found = _layout_of(spec, parent, capability, has_triton_kernels)
     if found is None:
         return None
     layout, fmt = found
@@ -267,6 +271,7 @@ def weight_bytes(
     pp: int = 1,
     include_mtp: bool = False,
     capability: tuple[int, int] | None = None,
+    has_triton_kernels: bool = True,
 ) -> WeightBytes:
     """Bytes of weights per GPU under TP x PP (vLLM loads MTP layers only for speculative
     decoding, so they are excluded unless ``include_mtp``). With a GPU's compute
@@ -294,7 +299,7 @@ def weight_bytes(
         else:
             checkpoint_share = full * shard_fraction(t, tp)
         checkpoint_total += full
-        laid_out = laid_out_share_bytes(spec, t, tp, capability, linears)
+        laid_out = laid_out_share_bytes(spec, t, tp, capability, linears, has_triton_kernels)
         if laid_out is not None:  # the rank's bytes as the kernel holds them
             share = laid_out
             total += share / shard_fraction(t, tp)
@@ -331,13 +336,15 @@ def weight_bytes(
 
 
 @lru_cache(maxsize=256)
-def kernel_layouts(spec: ModelSpec, capability: tuple[int, int] | None) -> tuple[KernelLayout, ...]:
+def kernel_layouts(
+    spec: ModelSpec, capability: tuple[int, int] | None, has_triton_kernels: bool = True
+) -> tuple[KernelLayout, ...]:
     """The kernel layouts :func:`weight_bytes` applies to this model on a GPU of
     ``capability`` (for the plan's assumptions), in the order first met."""
     found: dict[KernelLayout, None] = {}
     for t in weight_tensors(spec):
         if t.is_linear:
-            layout = _layout_of(spec, t, capability)
+            layout = _layout_of(spec, t, capability, has_triton_kernels)
             if layout is not None:
                 found.setdefault(layout[0])
     return tuple(found)

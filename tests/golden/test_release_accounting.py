@@ -1,0 +1,112 @@
+"""Accounting that moved between vLLM releases, each held to a real log of that release.
+
+Golden numbers are the logs' own "Model loading took X GiB" lines (quoted per test); the
+release rules are in ``servefit.core.engine.vllm_behaviour``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from servefit.core.plan import ServeSettings, plan_capacity
+from servefit.units import GIB_BYTES
+
+
+def _weights_gib(catalog_model, gpu, model: str, gpu_name: str, version: str) -> float:
+    loaded = catalog_model(model)
+    plan = plan_capacity(
+        loaded.spec,
+        gpu(gpu_name),
+        ServeSettings(vllm_version=version, max_model_len=8192),
+        with_suggestions=False,
+    )
+    return plan.memory.weights_bytes / GIB_BYTES
+
+
+def test_mxfp4_moe_on_hopper_runs_on_marlin_before_triton_kernels_ship(catalog_model, gpu):
+    # vllm-project/vllm#23278 (v0.10.1, NVIDIA H100 PCIe): "Model loading took 65.9651 GiB";
+    # get_mxfp4_backend falls to MARLIN without triton_kernels, which pads the experts
+    marlin = _weights_gib(catalog_model, gpu, "openai/gpt-oss-120b", "H100-PCIe", "0.10")
+    assert marlin == pytest.approx(65.9651, abs=0.1)
+    # from the release that installs triton_kernels the experts keep their checkpoint shape
+    # (vllm-project/vllm#33155, v0.14.1 on an H100: 64.38 GiB, which adds triton_kernels' own
+    # swizzle padding, not in vLLM's tree): servefit's count lies below it and below Marlin's
+    triton = _weights_gib(catalog_model, gpu, "openai/gpt-oss-120b", "H100-SXM", "0.14")
+    assert triton < 64.38 < marlin
+
+
+def test_the_marlin_rule_is_hopper_only(catalog_model, gpu):
+    # Blackwell's FlashInfer TRT-LLM layout does not depend on triton_kernels
+    old = _weights_gib(catalog_model, gpu, "openai/gpt-oss-120b", "B200", "0.10")
+    new = _weights_gib(catalog_model, gpu, "openai/gpt-oss-120b", "B200", "0.14")
+    assert old == new
+
+
+def _plan(catalog_model, gpu, model, gpu_name, version, **settings):
+    loaded = catalog_model(model)
+    return plan_capacity(
+        loaded.spec,
+        gpu(gpu_name),
+        ServeSettings(vllm_version=version, **settings),
+        mamba_ssm_dtype=loaded.mamba_ssm_dtype,
+        with_suggestions=False,
+    )
+
+
+def test_an_a100_takes_the_large_batch_defaults_only_in_0_8(catalog_model, gpu):
+    # v0.8.5 arg_utils._set_default_args_v1: "if device_memory >= 70 * GiB_bytes:" ->
+    # (8192, 1024) for the API server; v0.9.2 adds 'and "a100" not in device_name' -> (2048, 256)
+    old = _plan(catalog_model, gpu, "Qwen/Qwen3-8B", "A100-80GB-SXM", "0.8", max_model_len=8192)
+    new = _plan(catalog_model, gpu, "Qwen/Qwen3-8B", "A100-80GB-SXM", "0.9", max_model_len=8192)
+    assert (old.settings.max_num_batched_tokens, old.settings.max_num_seqs) == (8192, 1024)
+    assert (new.settings.max_num_batched_tokens, new.settings.max_num_seqs) == (2048, 256)
+
+
+def test_without_the_hybrid_manager_sliding_layers_are_full_attention(catalog_model, gpu):
+    # v0.8.5 unify_hybrid_kv_cache_specs: gemma-3's sliding-window layers become full attention.
+    # Hand count for google/gemma-3-27b-it (config.json: 62 layers, 16 KV heads, head_dim 128,
+    # bfloat16): a 16-token block of all 62 layers is 16 x 62 x 16 x 128 x 2 (K, V) x 2 bytes
+    # = 8,126,464 bytes; 10 GiB = 10,737,418,240 bytes hold 1,321 blocks = 21,136 tokens, and
+    # 0.8 prints "Maximum concurrency" as tokens / max_model_len = 21,136 / 32,768
+    kv = 10 * GIB_BYTES
+    old = _plan(
+        catalog_model,
+        gpu,
+        "google/gemma-3-27b-it",
+        "H100-SXM",
+        "0.8",
+        max_model_len=32768,
+        kv_cache_memory_bytes=kv,
+    )
+    assert old.kv_cache_tokens == 21_136
+    assert old.max_concurrency == pytest.approx(21_136 / 32_768)
+    # 0.9 keeps the windows: the same memory holds more requests of 32k tokens
+    new = _plan(
+        catalog_model,
+        gpu,
+        "google/gemma-3-27b-it",
+        "H100-SXM",
+        "0.9",
+        max_model_len=32768,
+        kv_cache_memory_bytes=kv,
+    )
+    assert new.max_concurrency > 2 * old.max_concurrency
+
+
+def test_state_models_before_0_10_are_refused_not_planned_as_v1(catalog_model, gpu):
+    from servefit.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="V0 engine"):
+        _plan(catalog_model, gpu, "ibm-granite/granite-4.0-h-tiny", "H100-SXM", "0.9")
+
+
+def test_a_v0_release_is_refused_with_the_first_it_mirrors():
+    from click.testing import CliRunner
+
+    from servefit.cli.main import cli
+
+    result = CliRunner().invoke(
+        cli, ["plan", "Qwen/Qwen3-8B", "--gpu", "H100", "--offline", "--vllm-version", "0.7"]
+    )
+    assert result.exit_code == 2
+    assert "V0 engine" in result.output and "--vllm-version 0.8" in result.output
