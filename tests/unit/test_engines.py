@@ -149,14 +149,27 @@ def test_16bit_checkpoint_on_an_a40_still_goes_through_vllm_unchanged(catalog_mo
     assert engine.launch_args(LLAMA_8B, plan, asked) == vllm_serve_args(LLAMA_8B, plan, asked)
 
 
-def test_sglang_uses_vllm_accounting_and_says_so(catalog_model, gpu):
+def test_sglang_sizes_its_own_pool_and_running_cap(catalog_model, gpu):
     loaded = catalog_model(LLAMA_8B)
     a40 = gpu("A40")
     asked = ServeSettings(max_model_len=8192)
     plan = get_engine("sglang").plan(loaded.spec, a40, asked, mamba_ssm_dtype=None)
     base = plan_capacity(loaded.spec, a40, asked)
-    assert plan.num_blocks == base.num_blocks and plan.engine == "sglang"
-    assert "SGLang is taken to account memory as vLLM does" in plan.assumptions[0]
+    assert plan.engine == "sglang" and "SGLang's pool" in plan.assumptions[0]
+    # sglang server_args._handle_gpu_memory_settings (0.5.9), a GPU below 60 GiB:
+    # chunked_prefill_size 4096, cuda_graph_max_bs 32 at tp 1; reserved = 512 + 4096 x 1.5 +
+    # 32 x 2 + 1 x 1 / 8 x 1024 = 6,848 MiB; mem_fraction_static = (total - reserved) / total
+    total = base.memory.total_bytes
+    fraction = round((total - 6848 * 2**20) / total, 3)
+    # kv_cache_configurator.py: rest = fraction x (free before loading) - weights
+    rest = int(fraction * (total - base.memory.non_torch_bytes)) - base.memory.weights_bytes
+    assert plan.memory.kv_cache_bytes == rest
+    # resolve_max_num_reqs: min(clamp(tokens / context_len x 512, 2048, 4096), tokens // 2),
+    # Llama-3.1-8B holding 32 x 8 x 128 x 2 x 2 = 131,072 bytes a token
+    tokens = rest // 131_072
+    running = min(max(min(int(tokens / 8192 * 512), 4096), 2048), tokens // 2)
+    assert plan.settings.max_num_seqs == running
+    assert plan.settings.max_num_batched_tokens == 4096
     assert get_engine("sglang").launch_args(LLAMA_8B, plan, asked)[:5] == [
         "python",
         "-m",
@@ -164,6 +177,21 @@ def test_sglang_uses_vllm_accounting_and_says_so(catalog_model, gpu):
         "--model-path",
         LLAMA_8B,
     ]
+
+
+def test_sglang_caps_running_requests_by_its_state_slots(catalog_model, gpu):
+    # Qwen3.6-27B (config.json: 48 Gated-DeltaNet layers of 16 K heads x 128 and 48 V heads x
+    # 128, conv kernel 4, bf16): a slot is 48 x (3 x (2 x 2048 + 6144) x 2 bytes + 48 x 128 x
+    # 128 x 4 bytes) = 48 x (61,440 + 3,145,728) = 153,944,064 bytes (mamba_utils.py
+    # mamba_cache_per_req); 0.9 / 1.9 of the rest goes to slots, 5 slots a running request
+    from servefit.core.engines.sglang import state_slot_bytes
+
+    loaded = catalog_model("Qwen/Qwen3.6-27B")
+    assert state_slot_bytes(loaded.spec, 1) == 153_944_064
+    asked = ServeSettings(max_model_len=16384, gpu_memory_utilization=0.8)
+    plan = get_engine("sglang").plan(loaded.spec, gpu("H200-SXM"), asked, mamba_ssm_dtype=None)
+    slots = int(plan.memory.kv_cache_bytes * 0.9 / 1.9) // 153_944_064
+    assert plan.settings.max_num_seqs == slots // 5
     with pytest.raises(InvalidArgumentError, match="NVIDIA GPUs only"):
         select_engine("trtllm", gpu("MI300X"), loaded.spec)
 

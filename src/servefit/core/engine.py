@@ -48,9 +48,17 @@ LOGIT_BYTES = 4  # fp32 logits
 
 # Memory allocated outside PyTorch during profiling (NCCL, cuBLAS workspaces, custom
 # all-reduce buffers), from the same logs: 0.24-0.27 GiB on one GPU, 2.06-2.21 GiB with
-# tensor parallelism (custom all-reduce + NCCL), 0.07 GiB per rank with pipeline parallelism only.
+# tensor parallelism on H100 SXM (NVSwitch), 0.07 GiB per rank with pipeline parallelism only.
+# Tensor parallelism over PCIe (or a two-GPU bridge) costs far less: NCCL opens 2-4 channels
+# of ~10-12 MiB there, against 24-32 over NVSwitch, and vLLM's FlashInfer all-reduce fusion
+# workspace (SM90/SM100 with NVLink) and custom all-reduce ("not supported on more than two
+# PCIe-only GPUs", device_communicators/custom_all_reduce.py) are off. A vLLM 0.10.2 log of
+# 8 x L40S prints 0.17-0.21 GiB; a v0.8.5 log of Qwen3-30B-A3B on 4 x A10 (198,784 KV tokens,
+# vllm-project/vllm#17327) leaves room for ~0.3 GiB. servefit takes 0.35 GiB (the one-GPU
+# 0.25 plus NCCL's few PCIe channels).
 NON_TORCH_SINGLE_GPU_BYTES = int(0.25 * GIB_BYTES)
 NON_TORCH_TENSOR_PARALLEL_BYTES = int(2.1 * GIB_BYTES)
+NON_TORCH_TENSOR_PARALLEL_PCIE_BYTES = int(0.35 * GIB_BYTES)
 NON_TORCH_PIPELINE_ONLY_BYTES = int(0.07 * GIB_BYTES)
 
 # CUDA graph pool ("Graph capturing finished ... took X GiB"), fitted to the same logs:
@@ -230,9 +238,14 @@ def server_batch_defaults(
     return SERVER_BATCH_DEFAULTS_SMALL
 
 
-def non_torch_bytes(tp: int, pp: int) -> int:
+def non_torch_bytes(tp: int, pp: int, switched_nvlink: bool = True) -> int:
+    """Non-torch memory per GPU: with tensor parallelism it depends on the link."""
     if tp > 1:
-        return NON_TORCH_TENSOR_PARALLEL_BYTES
+        return (
+            NON_TORCH_TENSOR_PARALLEL_BYTES
+            if switched_nvlink
+            else NON_TORCH_TENSOR_PARALLEL_PCIE_BYTES
+        )
     if pp > 1:
         return NON_TORCH_PIPELINE_ONLY_BYTES
     return NON_TORCH_SINGLE_GPU_BYTES

@@ -63,6 +63,14 @@ class GpuSpec:
         return base
 
     @property
+    def has_switched_nvlink(self) -> bool:
+        """GPUs joined by NVLink through a switch or a full mesh (SXM boards, NVL72), not by
+        PCIe or a two-GPU bridge: where NCCL opens many channels and vLLM fuses all-reduce.
+        An unknown link (a custom GPU) counts as switched: the larger runtime estimate."""
+        link = self.interconnect.lower()
+        return not link.startswith(("pcie", "nvlink bridge"))
+
+    @property
     def compute_capability_tuple(self) -> tuple[int, int] | None:
         if not self.compute_capability:
             return None

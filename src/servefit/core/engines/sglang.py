@@ -1,0 +1,192 @@
+"""SGLang's own memory pool and scheduler defaults, read from its source (the sglang
+0.5.9 and 0.5.11-0.5.16 wheels; file and line per rule below).
+
+What SGLang decides differently from vLLM, and servefit mirrors:
+
+* **the pool**: ``--mem-fraction-static`` is the share of the memory free before loading that
+  weights and pools may take; the rest of that share after the weights is the pool
+  (``mem_cache/kv_cache_configurator.py``: ``rest = free_after_weights - pre_model_load_free x
+  (1 - mem_fraction_static)``). Its default (``server_args._handle_gpu_memory_settings``,
+  0.5.9) reserves ``512 + max(chunked_prefill_size, 2048) x 1.5 + cuda_graph_max_bs x 2 +
+  tp x pp / 8 x 1024`` MB, at least 10 GiB on a GPU of more than 60 GiB;
+* **linear-attention and Mamba state** lives in a pool of its own: ``mamba_full_memory_ratio``
+  (0.9, ``server_args.py``) of the rest goes to it as ``0.9 / 1.9``; each request's slot holds
+  the conv window in the model dtype and the SSM state in float32 (``configs/mamba_utils.py``
+  ``mamba_cache_per_req``); the full-attention KV pool gets what the slots leave;
+* **running requests**: ``resolve_max_num_reqs`` (``kv_cache_configurator.py``) takes
+  ``min(clamp(tokens / context_len x 512, 2048, 4096), tokens // 2)`` and, with state, at most
+  ``mamba slots // 5`` (3 slots a running request plus the ping-pong pair of the
+  ``extra_buffer`` radix strategy that "auto" picks from 0.5.14 with overlap scheduling on);
+* **chunked prefill**: ``chunked_prefill_size`` by the GPU's memory: 2048 below 35 GiB, 4096
+  below 60, 8192 below 160, 16384 from 160 (``_handle_gpu_memory_settings``).
+
+The weights, activation and runtime estimates stay vLLM's (the plan says so); SGLang's
+admission into the KV cache is :mod:`servefit.core.engine_scheduling`'s ``sglang`` rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from servefit.core.engines.vllm import VllmAccountedEngine
+from servefit.core.hardware import GpuSpec
+from servefit.core.kv_pages import state_bytes
+from servefit.core.model_spec import LinearAttentionSpec, MambaSpec, ModelSpec
+from servefit.core.plan import CapacityPlan, ServeSettings, plan_capacity
+from servefit.units import GIB_BYTES, MIB_BYTES, dtype_bytes
+
+MAMBA_FULL_MEMORY_RATIO = 0.9  # server_args.py mamba_full_memory_ratio default
+MAMBA_SLOTS_PER_RUNNING_REQUEST = 5  # 3 + 2 (extra_buffer with overlap scheduling, 0.5.14+)
+SSM_STATE_BYTES = 4  # float32 temporal state (the config's mamba_ssm_dtype)
+MAX_RUNNING_FLOOR, MAX_RUNNING_CEILING = 2048, 4096  # resolve_max_num_reqs clamp
+LARGE_GPU_RESERVE_BYTES = 10 * GIB_BYTES  # the reserve's floor on a GPU of more than 60 GiB
+
+# (below this much memory, chunked_prefill_size, cuda_graph_max_bs at tp < 4, at tp >= 4)
+_GPU_TIERS = (
+    (20 * GIB_BYTES, 2048, 8, 8),
+    (35 * GIB_BYTES, 2048, 24, 80),
+    (60 * GIB_BYTES, 4096, 32, 160),
+    (90 * GIB_BYTES, 8192, 256, 512),
+    (160 * GIB_BYTES, 8192, 256, 512),
+)
+_LARGEST_TIER = (16384, 512, 512)
+
+
+def gpu_defaults(total_bytes: float, tp: int) -> tuple[int, int]:
+    """(chunked_prefill_size, cuda_graph_max_bs) SGLang picks for a GPU of ``total_bytes``."""
+    for below, chunk, graphs_small_tp, graphs_large_tp in _GPU_TIERS:
+        if total_bytes < below:
+            return chunk, graphs_small_tp if tp < 4 else graphs_large_tp
+    chunk, graphs_small_tp, graphs_large_tp = _LARGEST_TIER
+    return chunk, graphs_small_tp if tp < 4 else graphs_large_tp
+
+
+def default_mem_fraction_static(total_bytes: float, tp: int, pp: int) -> float:
+    """SGLang 0.5.9's default ``--mem-fraction-static`` for this GPU and layout."""
+    chunk, graphs = gpu_defaults(total_bytes, tp)
+    reserved = (512 + max(chunk, 2048) * 1.5 + graphs * 2 + tp * pp / 8 * 1024) * MIB_BYTES
+    if total_bytes > 60 * GIB_BYTES:
+        reserved = max(reserved, LARGE_GPU_RESERVE_BYTES)
+    return round((total_bytes - reserved) / total_bytes, 3)
+
+
+def state_slot_bytes(spec: ModelSpec, tp: int) -> int:
+    """One request's linear-attention / Mamba state on one GPU, as SGLang sizes its slot."""
+    conv = dtype_bytes(spec.dtype)
+    return sum(
+        state_bytes(m, tp, conv, SSM_STATE_BYTES)
+        for layer in spec.layers
+        for m in layer.mixers
+        if isinstance(m, LinearAttentionSpec | MambaSpec)
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SglangPool:
+    """SGLang's split of its static memory on one GPU."""
+
+    mem_fraction_static: float
+    rest_bytes: int  # the share after the weights: state slots + KV pool
+    state_slots: int  # max_mamba_cache_size (0: no state)
+    kv_pool_bytes: int
+    kv_tokens: int  # full-attention tokens the KV pool holds
+    max_running_requests: int
+
+
+def sglang_pool(
+    plan: CapacityPlan, spec: ModelSpec, fraction: float, asked_running: int | None
+) -> SglangPool:
+    """The pool and running-request cap of a vLLM-accounted ``plan`` under SGLang's rules."""
+    memory, r = plan.memory, plan.settings
+    free_before_load = memory.total_bytes - memory.non_torch_bytes
+    rest = max(int(fraction * free_before_load) - memory.weights_bytes, 0)
+    per_slot = state_slot_bytes(spec, r.tensor_parallel_size)
+    slots = 0
+    if per_slot:
+        share = MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO)
+        slots = int(rest * share) // per_slot
+    kv_pool = rest - slots * per_slot
+    tokens = kv_pool // plan.kv_bytes_per_token if plan.kv_bytes_per_token else 0
+    estimated = int(tokens / r.max_model_len * 512) if r.max_model_len else MAX_RUNNING_FLOOR
+    running = max(min(estimated, MAX_RUNNING_CEILING), MAX_RUNNING_FLOOR)
+    if asked_running is not None:
+        running = asked_running
+    running = min(running, tokens // 2)
+    if slots:
+        running = min(running, slots // MAMBA_SLOTS_PER_RUNNING_REQUEST)
+    return SglangPool(
+        mem_fraction_static=fraction,
+        rest_bytes=rest,
+        state_slots=slots,
+        kv_pool_bytes=kv_pool,
+        kv_tokens=tokens,
+        max_running_requests=max(running, 1),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SglangEngine(VllmAccountedEngine):
+    """SGLang: vLLM's estimates of what loading takes, SGLang's own pool, running-request
+    cap and chunked-prefill size."""
+
+    name: str = "sglang"
+    label: str = "SGLang"
+
+    def plan(
+        self,
+        spec: ModelSpec,
+        gpu: GpuSpec,
+        settings: ServeSettings,
+        *,
+        mamba_ssm_dtype: str | None = None,
+        with_suggestions: bool = True,
+    ) -> CapacityPlan:
+        base = VllmAccountedEngine.plan(
+            self, spec, gpu, settings, mamba_ssm_dtype=mamba_ssm_dtype, with_suggestions=False
+        )
+        if settings.kv_cache_memory_bytes is not None or not base.layout.groups:
+            return base  # a pool the user sized, or nothing to pool: vLLM's answer stands
+        r = base.settings
+        chunk, _ = gpu_defaults(base.memory.total_bytes, r.tensor_parallel_size)
+        fraction = settings.gpu_memory_utilization or default_mem_fraction_static(
+            base.memory.total_bytes, r.tensor_parallel_size, r.pipeline_parallel_size
+        )
+        pool = sglang_pool(base, spec, fraction, settings.max_num_seqs)
+        # the memory outside the pool (activations, graphs, runtime) lives in SGLang's
+        # (1 - mem_fraction_static) reserve; it is estimated at vLLM's batch size, and the
+        # running cap replaces max_num_seqs once the pool is planned
+        own = replace(
+            settings,
+            kv_cache_memory_bytes=pool.rest_bytes,
+            max_num_seqs=settings.max_num_seqs or r.max_num_seqs,
+            max_num_batched_tokens=settings.max_num_batched_tokens or chunk,
+        )
+        plan = plan_capacity(
+            spec, gpu, own, mamba_ssm_dtype=mamba_ssm_dtype, with_suggestions=with_suggestions
+        )
+        plan = replace(
+            plan, settings=replace(plan.settings, max_num_seqs=pool.max_running_requests)
+        )
+        slot_mib = state_slot_bytes(spec, r.tensor_parallel_size) / MIB_BYTES
+        state = (
+            f"; {pool.state_slots:,} state slots of {slot_mib:,.1f} MiB "
+            f"({MAMBA_FULL_MEMORY_RATIO:g}/{1 + MAMBA_FULL_MEMORY_RATIO:g} of it), at most "
+            f"{pool.state_slots // MAMBA_SLOTS_PER_RUNNING_REQUEST:,} running requests "
+            f"({MAMBA_SLOTS_PER_RUNNING_REQUEST} slots each)"
+            if pool.state_slots
+            else ""
+        )
+        note = (
+            f"SGLang's pool: --mem-fraction-static {fraction:g} of the memory free before "
+            f"loading, less the weights: {pool.rest_bytes / GIB_BYTES:,.2f} GiB per GPU{state}; "
+            f"{pool.kv_tokens:,} full-attention tokens; --max-running-requests "
+            f"{pool.max_running_requests:,}, --chunked-prefill-size "
+            f"{own.max_num_batched_tokens:,} (sglang kv_cache_configurator.py, server_args.py); "
+            "weights, activations and runtime buffers are vLLM's estimates"
+        )
+        return replace(
+            plan,
+            engine=self.name,
+            engine_label=self.label,
+            assumptions=(note, *plan.assumptions),
+        )
