@@ -35,6 +35,10 @@ class GpuSpec:
     tf32_flops_per_s: float | None = None
     bf16_flops_per_s: float | None = None
     fp16_flops_per_s: float | None = None
+    # GeForce cards run FP16 / FP8 at twice the rate with FP16 accumulate; the fields above
+    # are FP32-accumulate rates (what cuBLAS and vLLM's kernels use), these the others
+    fp16_fp16acc_flops_per_s: float | None = None
+    fp8_fp16acc_flops_per_s: float | None = None
     fp8_flops_per_s: float | None = None
     int8_ops_per_s: float | None = None
     fp4_flops_per_s: float | None = None
@@ -84,6 +88,8 @@ _NUMERIC_FIELDS = (
     "tf32_flops_per_s",
     "bf16_flops_per_s",
     "fp16_flops_per_s",
+    "fp16_fp16acc_flops_per_s",
+    "fp8_fp16acc_flops_per_s",
     "fp8_flops_per_s",
     "int8_ops_per_s",
     "fp4_flops_per_s",

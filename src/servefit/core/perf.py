@@ -38,6 +38,7 @@ from servefit.core.roofline import (
     Bound,
     EfficiencyProfile,
     kernel_dtype,
+    peak_flops_per_s,
 )
 from servefit.core.serving import LoadResult, ServingLimits, simulate
 from servefit.core.step_timer import compile_step_timer
@@ -322,14 +323,12 @@ def plan_performance(
         else simulate_load(plan, m, profile, _at_concurrency(workload, c), slo)
         for c in curve_concurrencies(top)
     )
-    dtypes = sorted(
-        {
-            kernel_dtype(gpu, op.compute_dtype)
-            for op in step_ops(m, decode_step(1, 1), 0)
-            if op.kind is OpKind.GEMM
-        }
+    asked = sorted(
+        {op.compute_dtype for op in step_ops(m, decode_step(1, 1), 0) if op.kind is OpKind.GEMM}
     )
+    dtypes = sorted({kernel_dtype(gpu, d) for d in asked})
     assumptions = (
+        *missing_rate_notes(gpu, asked, profile.unpublished_flops_per_byte),
         *profile.describe(),
         *m.assumptions,
         "continuous batching with chunked prefill as vLLM V1 schedules it "
@@ -381,3 +380,29 @@ def _at_concurrency(w: Workload, concurrency: int) -> Workload:
         turns=w.turns,
         seed=w.seed,
     )
+
+
+def missing_rate_notes(
+    gpu: GpuSpec, dtypes: list[str], unpublished_flops_per_byte: float
+) -> tuple[str, ...]:
+    """Say which matmul dtypes the catalog has no published rate for on ``gpu`` and what
+    stands in (another dtype's rate, or the class's FLOPs per byte of bandwidth)."""
+    notes = []
+    for d in dtypes:
+        real = kernel_dtype(gpu, d)
+        if real == d:
+            continue
+        if real == "unknown":
+            stand_in = (
+                f"its bandwidth x {unpublished_flops_per_byte:g} FLOP/byte "
+                f"({gpu.memory_bandwidth_bytes_per_s * unpublished_flops_per_byte / 1e12:,.0f} "
+                "TFLOPS, the class's fitted figure)"
+            )
+        else:
+            rate = peak_flops_per_s(gpu, real, unpublished_flops_per_byte)
+            stand_in = f"its {real} rate ({rate / 1e12:,.0f} TFLOPS)"
+        notes.append(
+            f"{gpu.name}'s vendor publishes no {d} tensor rate: {d} matmuls are timed at "
+            f"{stand_in}; the speed figures are only as good as that stand-in"
+        )
+    return tuple(notes)
