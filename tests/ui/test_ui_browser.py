@@ -90,6 +90,7 @@ def _shown(page) -> dict:
             max_concurrency: v('max-concurrency').dataset.value,
             command: v('vllm-command').textContent, ttft: v('ttft').dataset.value,
             charts: document.querySelectorAll('svg.chart').length,
+            margin: v('margin').textContent, bands: v('bands').textContent,
             rows: document.querySelectorAll('#checklist td').length};
         }"""
     )
@@ -124,6 +125,11 @@ def _assert_equals_cli(shown: dict, doc: dict) -> None:
     assert shown["command"] == doc["vllm_command"]
     assert float(shown["ttft"]) == doc["performance"]["ttft_s"]
     assert shown["charts"] == 2 and shown["rows"] > 10
+    # the margin and each figure's measured error, as the CLI's document has them
+    margin = doc["verdict"]["margin"]
+    assert (margin["text"] in shown["margin"]) if margin else shown["margin"] == ""
+    tpot = doc["performance"]["error_bands"]["tpot"]
+    assert (tpot["text"] if tpot else "TPOT unvalidated") in shown["bands"]
 
 
 def test_the_issue_scenario_in_headless_chromium(server, tmp_path):

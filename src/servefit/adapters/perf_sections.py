@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import field
 from typing import TYPE_CHECKING
 
+from servefit.adapters.band_sections import ErrorBandsSection, bands_section
 from servefit.adapters.document import FrozenDoc
 
 if TYPE_CHECKING:  # the converters only read attributes: plan --json stays quick to start
@@ -127,6 +128,7 @@ class PerformanceSection(FrozenDoc):
     sustainable_rate_per_s: float | None = None  # the most requests/s it completes
     # requests/s the queue grows by (0: the server keeps up; None: closed loop)
     queue_growth_per_s: float | None = None
+    error_bands: ErrorBandsSection | None = None  # each figure's measured error
 
 
 def _stat(s: Stat) -> StatSection:
@@ -225,4 +227,5 @@ def performance_section(p: PerformancePlan) -> PerformanceSection:
         offered_rate_per_s=p.offered_rate_per_s,
         sustainable_rate_per_s=p.sustainable_rate_per_s,
         queue_growth_per_s=p.queue_growth_per_s,
+        error_bands=bands_section(p.bands),
     )

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from servefit import __version__
+from servefit.adapters.band_sections import ErrorBandsSection, bands_section
 from servefit.adapters.document import FrozenDoc, register_annotation_types
-from servefit.core.error_band import ErrorBand, PredictionBands
 from servefit.core.margin import Margin
 from servefit.core.plan import CapacityPlan
 from servefit.core.weights import WeightBytes, weight_bytes
@@ -117,25 +117,6 @@ class MemorySection(FrozenDoc):
     # weights for the kernel it picks on this GPU (weights_bytes_per_gpu counts the kernel's
     # layout: core/kernel_layout.py); None when the engine's weights are not vLLM's accounting
     weights_checkpoint_bytes_per_gpu: int | None = None
-
-
-class BandSection(FrozenDoc):
-    """The measured error of one figure on its group of the fidelity corpus."""
-
-    group: str
-    records: int
-    median_abs_error: float  # a fraction: 0.07 = 7 %
-    p90_abs_error: float
-    text: str
-
-
-class ErrorBandsSection(FrozenDoc):
-    """Each figure's band; null: the figure is unvalidated on this hardware and engine."""
-
-    kv_cache_tokens: BandSection | None
-    ttft: BandSection | None
-    tpot: BandSection | None
-    throughput: BandSection | None
 
 
 class MarginSection(FrozenDoc):
@@ -275,29 +256,8 @@ def outcome_document(
             "verdict": verdict,
             "recommendation": recommendation,
             "performance_note": outcome.performance_note if perf is None else "",
-            "error_bands": _bands(outcome.bands),
+            "error_bands": bands_section(outcome.bands),
         }
-    )
-
-
-def _band(band: ErrorBand | None) -> BandSection | None:
-    if band is None:
-        return None
-    return BandSection(
-        group=band.group,
-        records=band.records,
-        median_abs_error=band.median_rel,
-        p90_abs_error=band.p90_rel,
-        text=band.describe(),
-    )
-
-
-def _bands(bands: PredictionBands) -> ErrorBandsSection:
-    return ErrorBandsSection(
-        kv_cache_tokens=_band(bands.kv_cache_tokens),
-        ttft=_band(bands.ttft),
-        tpot=_band(bands.tpot),
-        throughput=_band(bands.throughput),
     )
 
 

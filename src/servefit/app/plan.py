@@ -69,14 +69,18 @@ def launch_args(resolved: Resolved, plan: CapacityPlan, asked: ServeSettings) ->
 def predict(
     resolved: Resolved, plan: CapacityPlan, d: Deployment
 ) -> tuple[PerformancePlan | None, str]:
-    """The performance of the deployment's workload, or why there is none."""
+    """The performance of the deployment's workload, or why there is none; it carries the
+    measured error of each of its figures for this deployment's group."""
     if not plan.starts:
         return None, "the engine does not start with these settings"
+    from dataclasses import replace
+
     from servefit.core.perf import plan_performance
 
     try:
         profile = resolved.profile(d.engine or plan.engine)
-        return plan_performance(plan, d.workload, profile, slo=d.slo), ""
+        perf = plan_performance(plan, d.workload, profile, slo=d.slo)
+        return replace(perf, bands=prediction_bands(resolved, plan, d)), ""
     except InvalidArgumentError as error:
         if d.is_workload_given:
             return None, str(error)

@@ -83,7 +83,7 @@ def plan(
             loaded=outcome.resolved.loaded,
         )
         if outcome.performance is not None:
-            render_performance(outcome.performance, out, outcome.bands)
+            render_performance(outcome.performance, out)
         elif performance:
             out.print(f"\n[dim]No performance section: {outcome.performance_note}[/]")
         if scaling_doc is not None:

@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from servefit.core.error_band import FIGURE_LABELS, PredictionBands
+from servefit.core.error_band import FIGURE_LABELS
 from servefit.core.perf import PerformancePlan
 
 
@@ -23,9 +23,7 @@ def _rate(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
 
 
-def render_performance(
-    p: PerformancePlan, console: Console, bands: PredictionBands | None = None
-) -> None:
+def render_performance(p: PerformancePlan, console: Console) -> None:
     console.print()
     console.print(f"[bold]Performance[/] ({p.workload.describe()}; {p.profile.label})")
     console.print(
@@ -47,11 +45,10 @@ def render_performance(
         f"{load.request_throughput_per_s:,.2f} req/s; bound by [bold]{load.bound.value}[/]"
         + (f"; goodput {load.goodput_per_s:,.2f} req/s" if load.goodput_per_s is not None else "")
     )
-    if bands is not None:
-        for figure in ("ttft", "tpot", "throughput"):
-            console.print(
-                f"  {FIGURE_LABELS[figure]} error: {bands.describe(figure)}", highlight=False
-            )
+    for figure in ("ttft", "tpot", "throughput"):
+        console.print(
+            f"  {FIGURE_LABELS[figure]} error: {p.bands.describe(figure)}", highlight=False
+        )
     growth = p.queue_growth_per_s
     if growth and p.offered_rate_per_s is not None:
         console.print(
@@ -175,6 +172,27 @@ def render_compare(doc: Any, console: Console) -> None:
     console.print(table)
     for line in doc.explanation:
         console.print(f"  {line}")
+    for r in doc.rows:
+        if r.performance is not None and r.performance.error_bands is not None:
+            console.print(
+                f"  {r.model} on {r.gpu}: {_band_line(r.performance.error_bands)}",
+                highlight=False,
+            )
+
+
+def _band_line(bands: Any) -> str:
+    """One line of a document's error bands: each speed figure's median and p90, or
+    unvalidated (the full wording is in --json and under `plan`)."""
+    parts = []
+    for key, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("throughput", "throughput")):
+        band = getattr(bands, key)
+        parts.append(
+            f"{label} +-{band.median_abs_error:.0%} median / +-{band.p90_abs_error:.0%} p90 "
+            f"({band.records} measurements)"
+            if band is not None
+            else f"{label} unvalidated"
+        )
+    return "measured error " + "; ".join(parts)
 
 
 def render_cost(doc: Any, console: Console) -> None:
@@ -185,6 +203,8 @@ def render_cost(doc: Any, console: Console) -> None:
         f"{_rate(p.output_throughput_tok_per_s)} output tok/s, {p.request_throughput_per_s:,.2f} "
         f"req/s per replica ({p.bound}-bound)"
     )
+    if p.error_bands is not None:
+        console.print(f"  {_band_line(p.error_bands)}", highlight=False)
     console.print(
         f"  ${c.usd_per_hour:,.2f}/hour; ${c.usd_per_million_input_tokens:,.3f} per 1M input "
         f"and ${c.usd_per_million_output_tokens:,.3f} per 1M output tokens "

@@ -16,11 +16,12 @@ The steps, one named call each:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from servefit.core.engine_scheduling import admission_rule
+from servefit.core.error_band import PredictionBands
 from servefit.core.hardware import GpuSpec
 from servefit.core.kv_cache import blocks_per_request
 from servefit.core.ops import (
@@ -87,6 +88,9 @@ class PerformancePlan:
     agent: AgentSession | None  # when the workload has turns
     kernel_dtypes: tuple[str, ...]
     assumptions: tuple[str, ...]
+    # the fidelity corpus's measured error of each figure for this deployment's group (the
+    # application layer attaches them: the data is not the model's)
+    bands: PredictionBands = field(default_factory=PredictionBands)
 
     @property
     def ttft_s(self) -> float:

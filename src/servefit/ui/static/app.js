@@ -187,6 +187,10 @@ function renderCapacity(plan) {
   $("verdict").className = `verdict ${plan.fits ? "fits" : "nofit"}`;
   $("verdict").dataset.fits = String(plan.fits);
   $("reasons").replaceChildren(...(verdict ? verdict.reasons : plan.problems).map((r) => el("li", r)));
+  const margin = verdict && verdict.margin;
+  const advice = verdict && verdict.edge_advice && verdict.edge_advice.length
+    ? ` Out of the edge: ${verdict.edge_advice.join(" or ")}.` : "";
+  $("margin").textContent = margin ? `Margin: ${margin.text}.${advice}` : "";
   setValue("kv-tokens", fmtInt(m.kv_cache_tokens), m.kv_cache_tokens);
   setValue("max-concurrency", `${fmtNum(m.max_concurrency, 2)}x`, m.max_concurrency);
   setValue("weights", fmtBytes(m.weights_bytes_per_gpu), m.weights_bytes_per_gpu);
@@ -212,10 +216,14 @@ function renderPlan(view) {
       perf.output_throughput_tok_per_s);
     setValue("bound", perf.bound, perf.bound);
     $("bound-detail").textContent = `prefill ${perf.prefill_bound}; decode ${perf.decode_bound}`;
+    const bands = perf.error_bands || {};
+    $("bands").textContent = "Measured error: " + [["ttft", "TTFT"], ["tpot", "TPOT"], ["throughput", "throughput"]]
+      .map(([k, label]) => `${label} ${bands[k] ? bands[k].text : "unvalidated"}`).join("; ");
   } else {
     for (const id of ["ttft", "decode-rate", "throughput"]) setValue(id, "-");
     setValue("bound", "-");
     $("bound-detail").textContent = plan.performance_note || "";
+    $("bands").textContent = "";
   }
   const economics = (view.rows.find(([section]) => section === "Economics") || [null, []])[1];
   const perTask = economics.find(([k]) => k === "per successful task");
