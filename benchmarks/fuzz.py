@@ -69,7 +69,16 @@ from fuzz_config_cases import (  # noqa: E402
 
 # -- judging one result --------------------------------------------------------------------
 
-NEGATIVE_OK = frozenset({"headroom_bytes_per_gpu", "kv_cache_memory_bytes"})
+# a verdict's margin is what is to spare, negative when the plan is short
+NEGATIVE_OK = frozenset(
+    {
+        "headroom_bytes_per_gpu",
+        "kv_cache_memory_bytes",
+        "spare_kv_cache_fraction",
+        "spare_kv_cache_bytes",
+        "spare_kv_cache_tokens",
+    }
+)
 
 
 def _numbers(doc: Any, path: str = "") -> Iterator[tuple[str, float]]:

@@ -110,3 +110,79 @@ def test_a_v0_release_is_refused_with_the_first_it_mirrors():
     )
     assert result.exit_code == 2
     assert "V0 engine" in result.output and "--vllm-version 0.8" in result.output
+
+
+def test_the_token_count_comes_from_the_concurrency_from_0_21(catalog_model, gpu):
+    # v0.21.0 kv_cache_utils: "num_tokens = int(max_concurrency * max_model_len)"; v0.20.0:
+    # blocks x block size. Hand count for Llama-3.1-8B (131,072 bytes a token): 10 GiB is
+    # 5,120 blocks of 16 tokens = 81,920 tokens; a request of 8,200 tokens takes
+    # cdiv(8200, 16) = 513 blocks, so 5,120 / 513 requests and int(5,120 / 513 x 8,200) =
+    # 81,840 tokens
+    kv = 10 * GIB_BYTES
+    old, new = (
+        _plan(
+            catalog_model,
+            gpu,
+            "meta-llama/Llama-3.1-8B",
+            "H100-SXM",
+            v,
+            max_model_len=8200,
+            kv_cache_memory_bytes=kv,
+        )
+        for v in ("0.20", "0.21")
+    )
+    assert old.kv_cache_tokens == 81_920
+    assert new.kv_cache_tokens == int(5_120 / 513 * 8_200) == 81_840
+
+
+def test_hybrid_prefix_caching_is_off_by_default_until_0_26(catalog_model, gpu):
+    # ModelConfig.is_prefix_caching_supported, v0.25.0: "Hybrid models do not support prefix
+    # caching since the feature is still experimental"; v0.26.0: True for "hybrid"
+    before = _plan(catalog_model, gpu, "Qwen/Qwen3.6-27B", "H200-SXM", "0.25", max_model_len=32768)
+    after = _plan(catalog_model, gpu, "Qwen/Qwen3.6-27B", "H200-SXM", "0.26", max_model_len=32768)
+    assert not before.settings.enable_prefix_caching and after.settings.enable_prefix_caching
+    # asked for, 0.25 keeps it ("align": two state blocks a request); 0.11 forces it off
+    asked = _plan(
+        catalog_model,
+        gpu,
+        "Qwen/Qwen3.6-27B",
+        "H200-SXM",
+        "0.25",
+        max_model_len=32768,
+        enable_prefix_caching=True,
+    )
+    assert asked.settings.enable_prefix_caching
+    forced = _plan(
+        catalog_model,
+        gpu,
+        "Qwen/Qwen3-Next-80B-A3B-Thinking",
+        "H200-SXM",
+        "0.11",
+        max_model_len=32768,
+        enable_prefix_caching=True,
+    )
+    assert not forced.settings.enable_prefix_caching
+
+
+def test_the_mamba_all_mode_is_refused_until_0_28(catalog_model, gpu):
+    from servefit.errors import InvalidArgumentError
+
+    # v0.27.0 models/config.py: mamba_cache_mode = "all" for SupportsMambaPrefixCaching models
+    with pytest.raises(InvalidArgumentError, match='mamba_cache_mode "all"'):
+        _plan(
+            catalog_model,
+            gpu,
+            "ibm-granite/granite-4.0-h-tiny",
+            "H100-SXM",
+            "0.27",
+            enable_prefix_caching=True,
+        )
+    ok = _plan(
+        catalog_model,
+        gpu,
+        "ibm-granite/granite-4.0-h-tiny",
+        "H100-SXM",
+        "0.28",
+        enable_prefix_caching=True,
+    )
+    assert ok.settings.enable_prefix_caching

@@ -21,59 +21,56 @@ import json
 import pytest
 from tests.corpus import STARTUP_LOGS
 
-from servefit.core.plan import ServeSettings, plan_capacity
-from servefit.units import GIB_BYTES
+from servefit.calibrate.fidelity import StartupLog, score_startup_log
 
 CASES = json.loads(STARTUP_LOGS.read_text())["cases"]
-GIB_ROUNDING = 0.005 * GIB_BYTES  # logs print GiB with two decimals
-PREDICTION_GAPS: set[str] = set()  # cases whose loading servefit does not model: none now
+LOGS = [StartupLog.model_validate(c) for c in CASES]
 
 
-def _settings(case, **extra):
-    s = dict(case["settings"])
-    return ServeSettings(vllm_version=case["vllm_version"], **s, **extra)
+def _ids(logs):
+    return [f"{log.name} {log.source.rsplit('/', 1)[-1][:40]}" for log in logs]
 
 
-def _plan(case, catalog_model, gpu, **extra):
-    loaded = catalog_model(case["catalog_model"])
-    return plan_capacity(
-        loaded.spec,
-        gpu("H100-SXM"),
-        _settings(case, **extra),
-        mamba_ssm_dtype=loaded.mamba_ssm_dtype,
-    )
+def _stages(log: StartupLog) -> int:
+    return log.settings.get("pipeline_parallel_size") or 1
 
 
-def _ids(cases):
-    return [c["name"] + " " + c["source"].rsplit("/", 1)[-1][:40] for c in cases]
-
-
-SINGLE_STAGE = [c for c in CASES if c["settings"]["pipeline_parallel_size"] == 1]
-ON_H100 = [c for c in CASES if c["gpu"] and "H100" in c["gpu"] and c["name"] not in PREDICTION_GAPS]
+SINGLE_STAGE = [
+    log
+    for log in LOGS
+    if _stages(log) == 1 and log.catalog_model and log.logged.available_kv_cache_gib is not None
+]
+# the logs servefit's activation, non-torch and CUDA-graph estimates were fitted to: held to
+# 5 % end to end; the fresh ones are scored by benchmarks/fidelity.py (their error is the
+# band every prediction carries)
+FITTED = [log for log in LOGS if log.fitted and not log.unmodelled]
 
 
 def test_the_goldens_cover_every_kind():
-    kinds = " ".join(str(c["kind"]) for c in SINGLE_STAGE)
+    kinds = " ".join(log.kind for log in SINGLE_STAGE)
     for kind in ("dense", "MoE", "MLA", "sliding", "hybrid"):
         assert kind.lower() in kinds.lower(), kind
 
 
-@pytest.mark.parametrize("case", SINGLE_STAGE, ids=_ids(SINGLE_STAGE))
-def test_reproduces_kv_cache_size_and_concurrency(case, catalog_model, gpu):
-    logged = case["logged"]
-    kv_bytes = logged["available_kv_cache_gib"] * GIB_BYTES
-    low, high = (
-        _plan(case, catalog_model, gpu, kv_cache_memory_bytes=int(kv_bytes + sign * GIB_ROUNDING))
-        for sign in (-1, 1)
-    )
-    assert low.kv_cache_tokens <= logged["gpu_kv_cache_tokens"] <= high.kv_cache_tokens
-    printed = 0.005  # "Maximum concurrency ... : 12.34x"
-    assert low.max_concurrency - printed <= logged["max_concurrency"]
-    assert logged["max_concurrency"] <= high.max_concurrency + printed
+def test_the_corpus_spans_releases_and_gpus():
+    assert len({log.vllm_version for log in LOGS}) >= 6
+    assert len({log.gpu_catalog for log in LOGS}) >= 6
 
 
-@pytest.mark.parametrize("case", ON_H100, ids=_ids(ON_H100))
-def test_predicts_available_kv_cache_memory(case, catalog_model, gpu):
-    plan = _plan(case, catalog_model, gpu)
-    logged = case["logged"]["available_kv_cache_gib"] * GIB_BYTES
-    assert plan.memory.kv_cache_bytes == pytest.approx(logged, rel=0.05)
+@pytest.mark.parametrize("log", SINGLE_STAGE, ids=_ids(SINGLE_STAGE))
+def test_reproduces_kv_cache_size_from_the_logged_memory(log):
+    score = score_startup_log(log)
+    assert score is not None and score.given_memory_tokens is not None
+    low, high = score.given_memory_tokens
+    assert low <= log.logged.gpu_kv_cache_tokens <= high
+    if log.logged.max_concurrency is not None and score.given_memory_concurrency is not None:
+        printed = 0.005  # "Maximum concurrency ... : 12.34x"
+        c_low, c_high = score.given_memory_concurrency
+        assert c_low - printed <= log.logged.max_concurrency <= c_high + printed
+
+
+@pytest.mark.parametrize("log", FITTED, ids=_ids(FITTED))
+def test_predicts_available_kv_cache_memory_on_the_fitted_logs(log):
+    score = score_startup_log(log)
+    assert score is not None
+    assert score.predicted_kv_gib == pytest.approx(log.logged.available_kv_cache_gib, rel=0.05)

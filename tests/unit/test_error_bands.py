@@ -121,13 +121,13 @@ def test_a_plan_inside_its_band_is_at_the_edge_with_the_flags_that_take_it_out()
     v = edge["verdict"]
     assert code == 0 and v["fits"] and v["is_at_edge"]
     assert v["headline"].startswith("AT THE EDGE: predicted to fit")
-    assert 0 <= v["margin"]["kv_cache_fraction"] <= band.p90_rel
+    assert 0 <= v["margin"]["spare_kv_cache_fraction"] <= band.p90_rel
     assert v["edge_advice"]
     # the advised shorter context takes it out of the band: a plain FITS
     shorter = next(a for a in v["edge_advice"] if a.startswith("--max-model-len"))
     code, out = _plan_json("--max-model-len", shorter.split()[1].replace(",", ""))
     assert code == 0 and out["verdict"]["headline"] == "FITS"
-    assert out["verdict"]["margin"]["kv_cache_fraction"] > band.p90_rel
+    assert out["verdict"]["margin"]["spare_kv_cache_fraction"] > band.p90_rel
     # and so does the advised utilization
     util = next(a for a in v["edge_advice"] if a.startswith("--gpu-memory-utilization"))
     code, out = _plan_json("--max-model-len", str(largest - 16), *util.split()[:2])
@@ -141,7 +141,7 @@ def test_a_plan_just_short_is_at_the_edge_and_still_exits_1():
     v = out["verdict"]
     assert code == 1 and not v["fits"]
     assert v["headline"].startswith("AT THE EDGE: predicted not to fit")
-    assert v["margin"]["kv_cache_fraction"] < 0
+    assert v["margin"]["spare_kv_cache_fraction"] < 0
 
 
 def test_a_hard_rule_is_never_at_the_edge():

@@ -125,9 +125,10 @@ class MarginSection(FrozenDoc):
     constraint: str
     requests_held: float
     requests_needed: float
-    kv_cache_fraction: float  # share of the KV cache to spare (negative: short)
-    kv_cache_bytes: int
-    kv_cache_tokens: int
+    # what is to spare, as a share of the KV cache, in bytes and in tokens (negative: short)
+    spare_kv_cache_fraction: float
+    spare_kv_cache_bytes: int
+    spare_kv_cache_tokens: int
     is_at_edge: bool
     text: str
 
@@ -266,9 +267,9 @@ def _margin(m: Margin) -> MarginSection:
         constraint=m.constraint.what,
         requests_held=m.constraint.held,
         requests_needed=m.constraint.needed,
-        kv_cache_fraction=m.relative,
-        kv_cache_bytes=m.bytes,
-        kv_cache_tokens=m.tokens,
+        spare_kv_cache_fraction=m.relative,
+        spare_kv_cache_bytes=m.bytes,
+        spare_kv_cache_tokens=m.tokens,
         is_at_edge=m.is_at_edge,
         text=m.describe(),
     )

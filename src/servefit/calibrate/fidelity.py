@@ -116,6 +116,7 @@ class CapacityScore:
     predicted_tokens: int  # end to end: from the GPU and the flags
     # given the logged KV memory: the token counts planned at both ends of its rounding
     given_memory_tokens: tuple[int, int] | None
+    given_memory_concurrency: tuple[float, float] | None  # "Maximum concurrency", both ends
     predicted_kv_gib: float
     error: str = ""  # why servefit could not plan it (the record is then not scored)
 
@@ -193,6 +194,7 @@ def score_startup_log(log: StartupLog) -> CapacityScore | None:
     loaded = load_model(log.catalog_model, allow_hub=False)
     plan = _plan(log, loaded)
     given: tuple[int, int] | None = None
+    concurrency: tuple[float, float] | None = None
     kv_gib = log.logged.available_kv_cache_gib
     # a pipeline-parallel log prints one worker's memory; the engine sizes from the smallest
     if kv_gib is not None and log.settings.get("pipeline_parallel_size", 1) in (1, None):
@@ -201,12 +203,14 @@ def score_startup_log(log: StartupLog) -> CapacityScore | None:
             for s in (-1, 1)
         )
         given = (low.kv_cache_tokens, high.kv_cache_tokens)
+        concurrency = (low.max_concurrency, high.max_concurrency)
     return CapacityScore(
         log=log,
         hardware_class=hardware_class(gpu),
         logged_tokens=logged,
         predicted_tokens=plan.kv_cache_tokens,
         given_memory_tokens=given,
+        given_memory_concurrency=concurrency,
         predicted_kv_gib=plan.memory.kv_cache_bytes / GIB_BYTES,
     )
 

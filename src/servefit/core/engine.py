@@ -106,6 +106,14 @@ class VllmBehaviour:
     is_concurrency_from_tokens: bool = False
     # the V1 engine serves Mamba and linear-attention models (before, vLLM falls back to V0)
     serves_state_models: bool = True
+    # prefix caching of Mamba / linear-attention models, by release (vllm/config/model.py
+    # ModelConfig.is_prefix_caching_supported, vllm/model_executor/models/config.py):
+    # forced off (<= 0.11); off by default for hybrids ("still experimental", < 0.26); and
+    # with it on, the Mamba-family models (SupportsMambaPrefixCaching) keep a state page per
+    # block ("all" mode, 0.12 - 0.27), which servefit does not model
+    is_state_prefix_caching_forced_off: bool = False
+    is_hybrid_prefix_caching_default: bool = True
+    has_mamba_all_mode: bool = False
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -137,15 +145,28 @@ def vllm_behaviour(version: str = DEFAULT_VLLM_VERSION) -> VllmBehaviour:
         default_gpu_memory_utilization=0.92 if v >= (0, 30) else 0.9,
         # "CUDA graph memory profiling is enabled (default since v0.21.0)" (gpu_worker.py, v0.33)
         is_cuda_graph_in_budget=v >= (0, 21),
-        # kv_cache_utils.get_kv_cache_capacity: tokens = int(max_concurrency * max_model_len),
-        # read in the v0.32.0 and v0.33.0 wheels
-        is_token_count_from_concurrency=v >= (0, 32),
+        # "num_tokens = int(max_concurrency * max_model_len)" in vllm/v1/core/kv_cache_utils.py
+        # of v0.21.0, v0.22.0, v0.23.0 and v0.32.0; v0.20.0 prints num_blocks // groups x block
+        is_token_count_from_concurrency=v >= (0, 21),
         has_xlarge_batch_defaults=v >= (0, 33),
         # v0.33 config/compilation.py: "max_num_seqs (M) exceeds available Mamba cache blocks (N)"
         checks_mamba_blocks_vs_max_num_seqs=v >= (0, 30),
-        # A v0.20 log of a Qwen3.6 hybrid (attention block 2096) shows 2 state blocks per
-        # request with prefix caching on; v0.33 calls this mamba_cache_mode "align".
-        has_hybrid_prefix_caching=v >= (0, 20),
+        # mamba_cache_mode ("align": 2 state blocks a request with prefix caching) appears in
+        # v0.16.0 vllm/config/cache.py; v0.14.0 disables prefix caching for a hybrid without
+        # SupportsMambaPrefixCaching (models/config.py MambaModelConfig). A v0.20 log of a
+        # Qwen3.6 hybrid (attention block 2096) shows the 2 blocks.
+        has_hybrid_prefix_caching=v >= (0, 16),
+        # v0.11.0 models/config.py: "Hybrid or mamba-based model detected: disabling prefix
+        # caching since it is not yet supported" (0.10 taken as the same)
+        is_state_prefix_caching_forced_off=v < (0, 12),
+        # "Hybrid models do not support prefix caching since the feature is still
+        # experimental" in ModelConfig.is_prefix_caching_supported of v0.12.0-v0.25.0; v0.26.0
+        # returns True for attn_type "hybrid"
+        is_hybrid_prefix_caching_default=v >= (0, 26),
+        # v0.16.0-v0.27.0 models/config.py: mamba_cache_mode = "all" if
+        # model_config.supports_mamba_prefix_caching else "align" (v0.12-v0.15 set
+        # mamba_block_size = block_size, the same per-block state); v0.28.0 keeps "align"
+        has_mamba_all_mode=(0, 12) <= v < (0, 28),
         # v0.32.0 wheel, layers/mamba/mamba_mixer2.py MambaMixer2.get_kv_cache_spec:
         # num_prefill_checkpoint_blocks=1, so MambaSpec.max_memory_usage_bytes in align mode is
         # 3 pages (2 + 1). Observed: the tiny Mamba-2 (make_tiny_model --arch mamba2) served

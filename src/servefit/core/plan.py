@@ -49,8 +49,10 @@ from servefit.core.plan_settings import (
     ResolvedSettings,
     ServeSettings,
     apply_load_options,
+    has_state,
     is_attention_free,
     resolve_settings,
+    supports_mamba_prefix_caching,
 )
 from servefit.core.plan_settings import auto_dtype as auto_dtype
 from servefit.core.plan_verdict import STARTUP, capacity_verdict
@@ -118,10 +120,15 @@ def state_cache_mode(
     max_model_len. Pure Mamba and hybrids alike: prefix caching is *resolved* first
     (:func:`servefit.core.plan_settings.default_prefix_caching`), so a pure Mamba is
     "align" only with an explicit ``--enable-prefix-caching``."""
-    has_state = bool(spec.mixer_kinds & {MixerKind.LINEAR_ATTENTION, MixerKind.MAMBA})
-    if has_state and r.enable_prefix_caching and behaviour.has_hybrid_prefix_caching:
-        return CacheMode.ALIGN
-    return CacheMode.NONE
+    if not (has_state(spec) and r.enable_prefix_caching):
+        return CacheMode.NONE
+    if behaviour.has_mamba_all_mode and supports_mamba_prefix_caching(spec):
+        raise InvalidArgumentError(
+            f"vLLM {behaviour.version} keeps a Mamba state page per block for {spec.architecture} "
+            'with prefix caching on (mamba_cache_mode "all"), which servefit does not model: '
+            "plan with --no-enable-prefix-caching, or --vllm-version 0.28 or later"
+        )
+    return CacheMode.ALIGN
 
 
 def _cache_settings(

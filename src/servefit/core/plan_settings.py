@@ -209,9 +209,48 @@ def default_prefix_caching(spec: ModelSpec) -> bool:
     return not is_attention_free(spec)
 
 
-def resolve_prefix_caching(spec: ModelSpec, asked: bool | None) -> bool:
-    """The user's ``--[no-]enable-prefix-caching`` when given, else vLLM's default."""
-    return default_prefix_caching(spec) if asked is None else asked
+# the model classes with SupportsMambaPrefixCaching (vllm/model_executor/models, v0.18.0 to
+# v0.32.0: mamba.py, mamba2.py, jamba.py, nemotron_h.py, granitemoehybrid.py, falcon_h1.py,
+# bamba.py, zamba2.py); Gated-DeltaNet and other linear-attention hybrids are not among them
+MAMBA_PREFIX_CACHING_ARCHITECTURES = frozenset(
+    {
+        "MambaForCausalLM",
+        "FalconMambaForCausalLM",
+        "Mamba2ForCausalLM",
+        "JambaForCausalLM",
+        "NemotronHForCausalLM",
+        "GraniteMoeHybridForCausalLM",
+        "FalconH1ForCausalLM",
+        "BambaForCausalLM",
+        "Zamba2ForCausalLM",
+    }
+)
+
+
+def has_state(spec: ModelSpec) -> bool:
+    return bool(spec.mixer_kinds & {MixerKind.LINEAR_ATTENTION, MixerKind.MAMBA})
+
+
+def supports_mamba_prefix_caching(spec: ModelSpec) -> bool:
+    return spec.architecture in MAMBA_PREFIX_CACHING_ARCHITECTURES
+
+
+def resolve_prefix_caching(
+    spec: ModelSpec, asked: bool | None, behaviour: engine.VllmBehaviour | None = None
+) -> bool:
+    """The user's ``--[no-]enable-prefix-caching`` when given, else vLLM's default, as the
+    release treats a model with Mamba / linear-attention state (``behaviour``)."""
+    if behaviour is None or not has_state(spec):
+        return default_prefix_caching(spec) if asked is None else asked
+    if behaviour.is_state_prefix_caching_forced_off:
+        return False
+    if not behaviour.has_hybrid_prefix_caching and not supports_mamba_prefix_caching(spec):
+        return (
+            False  # v0.12-v0.15 MambaModelConfig: "without support for prefix caching: disabling"
+        )
+    if asked is None:
+        return not is_attention_free(spec) and behaviour.is_hybrid_prefix_caching_default
+    return asked
 
 
 def resolve_settings(
@@ -238,7 +277,7 @@ def resolve_settings(
         gpu_memory_utilization=s.gpu_memory_utilization or behaviour.default_gpu_memory_utilization,
         kv_cache_dtype=s.kv_cache_dtype,
         block_size=block_size or s.block_size or 0,
-        enable_prefix_caching=resolve_prefix_caching(spec, s.enable_prefix_caching),
+        enable_prefix_caching=resolve_prefix_caching(spec, s.enable_prefix_caching, behaviour),
         enforce_eager=s.enforce_eager,
         vllm_version=behaviour.version,
         concurrency=s.concurrency or 1,
