@@ -30,6 +30,14 @@ BASELINE = CORPUS / "baseline.json"
 DOC = ROOT / "docs" / "fidelity.md"
 
 
+def _gpus(log) -> int:
+    """The GPUs of one replica: tensor x pipeline parallel (the log's own count if larger)."""
+    s = log.settings
+    return max(
+        log.gpu_count, (s.get("tensor_parallel_size") or 1) * (s.get("pipeline_parallel_size") or 1)
+    )
+
+
 def _pct(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:.1%}"
 
@@ -123,7 +131,7 @@ def render_markdown(score: CorpusScore, baseline: dict[str, list[float]] | None)
     for c in score.capacity:
         mark = f" (unmodelled: {c.log.unmodelled})" if c.log.unmodelled else ""
         lines.append(
-            f"| {c.log.name}{mark} | {c.log.gpu_catalog} x{c.log.gpu_count} | "
+            f"| {c.log.name}{mark} | {c.log.gpu_catalog} x{_gpus(c.log)} | "
             f"{c.log.vllm_version} | {c.logged_tokens:,} | {c.predicted_tokens:,} | "
             f"{c.relative_error:+.1%} | {c.log.source} |"
         )

@@ -99,10 +99,11 @@ def test_an_open_loop_rate_the_server_cannot_complete_is_an_overload_not_a_misfi
 
 
 def test_an_unbundled_id_offline_names_the_bundled_checkpoint_it_derives_from():
-    # Qwen2.5-7B-Instruct is not bundled (its base is); an -AWQ export of a bundled id neither
-    done = run("plan", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "H100", "--offline")
+    # Qwen2.5-7B-Instruct-1M is not bundled (the checkpoint it derives from is); an -AWQ
+    # export of a bundled id neither
+    done = run("plan", "Qwen/Qwen2.5-7B-Instruct-1M", "--gpu", "H100", "--offline")
     assert done.returncode == 2
-    assert "Close bundled entries: Qwen/Qwen2.5-7B," in done.stderr  # the base first
+    assert "Close bundled entries: Qwen/Qwen2.5-7B-Instruct," in done.stderr  # its base first
     awq = run("plan", "Qwen/Qwen3-8B-AWQ", "--gpu", "H100", "--offline")
     assert "Close bundled entries: Qwen/Qwen3-8B," in awq.stderr
     nothing = run("plan", "foo/bar", "--gpu", "H100", "--offline")

@@ -46,6 +46,9 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
     "q4_0": gguf("q4_0"),
     "q8_0": gguf("q8_0"),
     "q4_k_m": gguf("q4_k_m"),
+    "q5_k_m": gguf("q5_k_m"),
+    "q6_k": gguf("q6_k"),
+    "f16": gguf("f16"),
     "mlx-4bit": mlx_affine(4, 64),
     "mlx-6bit": mlx_affine(6, 64),
     "mlx-8bit": mlx_affine(8, 64),
@@ -138,7 +141,12 @@ def _spec(m: Measurement) -> ModelSpec:
                 f"measurement {m.id}: unknown weights {m.settings.weights!r}; known: "
                 f"{', '.join(WEIGHT_FORMATS)}"
             )
-        spec = replace(spec, quant=uniform_quant(fmt, method=m.settings.weights))
+        spec = replace(
+            spec,
+            quant=uniform_quant(
+                fmt, method=m.settings.weights, include_embedding=fmt.name.startswith("gguf-")
+            ),
+        )
     return spec
 
 

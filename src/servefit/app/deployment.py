@@ -73,6 +73,7 @@ class Deployment:
     target: CapacityTarget | None = None
     slo: Slo | None = None
     engine: str | None = None  # None: the engine that runs on this hardware
+    gguf: str | None = None  # plan the checkpoint as a GGUF file of this llama.cpp type
     revision: str | None = None
     allow_hub: bool = True
     extra_args: tuple[str, ...] = ()  # engine flags servefit does not model, carried verbatim

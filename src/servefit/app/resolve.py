@@ -137,5 +137,24 @@ def resolve(d: Deployment, *, loaded: LoadedModel | None = None) -> Resolved:
     gpu = resolve_gpu(d.hardware, calibration)
     if loaded is None:
         loaded = load_model(d.model, revision=d.revision, allow_hub=d.allow_hub)
+    if d.gguf is not None:
+        loaded = as_gguf(loaded, d.gguf)
     engine = select_engine(d.engine, gpu, loaded.spec)
     return Resolved(deployment=d, loaded=loaded, gpu=gpu, calibration=calibration, engine=engine)
+
+
+def as_gguf(loaded: LoadedModel, kind: str) -> LoadedModel:
+    """The checkpoint as llama.cpp's converter and quantizer would write it: every linear
+    layer and the output head in GGUF type ``kind`` (:func:`servefit.core.quant.gguf`)."""
+    from dataclasses import replace
+
+    from servefit.core.quant import gguf, uniform_quant
+    from servefit.errors import ConfigError
+
+    try:
+        fmt = gguf(kind)
+    except ConfigError as exc:
+        raise InvalidArgumentError(f"--gguf {kind}: {exc}") from None
+    quant = uniform_quant(fmt, method=f"gguf {kind.upper()}", include_embedding=True)
+    spec = replace(loaded.spec, quant=quant)
+    return replace(loaded, spec=spec)

@@ -32,9 +32,30 @@ def gpus() -> None:
 
 
 @click.command()
-def models() -> None:
+@click.option(
+    "--search",
+    metavar="TEXT",
+    help="Only the ids holding every word of TEXT (case-insensitive): 'qwen3 30b', 'llama 70b'.",
+)
+@click.option(
+    "--details", is_flag=True, help="Each id with its confidence and where its config came from."
+)
+def models(search: str | None, details: bool) -> None:
     """List the bundled model catalog (usable offline)."""
-    from servefit.adapters.catalog import model_ids
+    from servefit.adapters.catalog import find_catalog_model, model_ids
 
-    for model_id in model_ids():
-        click.echo(model_id)
+    words = (search or "").lower().split()
+    found = [m for m in model_ids() if all(w in m.lower() for w in words)]
+    if search is not None and not found:
+        click.echo(
+            f"no bundled model matches {search!r}; `servefit models` lists them all", err=True
+        )
+        raise SystemExit(1)
+    for model_id in found:
+        if not details:
+            click.echo(model_id)
+            continue
+        entry = find_catalog_model(model_id)
+        confidence = entry.confidence if entry is not None else "?"
+        source = entry.source if entry is not None else ""
+        click.echo(f"{model_id}\t{confidence}\t{source}")

@@ -226,9 +226,18 @@ def scaling_options(num_gpus_help: str) -> Decorator:
     )
 
 
+GGUF_OPTION = click.option(
+    "--gguf",
+    metavar="TYPE",
+    help="Plan the checkpoint as a GGUF file of this llama.cpp type (Q4_K_M, Q8_0, Q6_K, "
+    "F16, ...): llama.cpp's engine by default.",
+)
+
+
 def deployment_options(command: Any) -> Any:
     """Everything that describes a deployment: the model's source, the hardware, vLLM's
     flags, the workload and the capacity target."""
+    command = GGUF_OPTION(command)
     for group in (
         target_options,
         workload_options,
@@ -298,6 +307,7 @@ def build_deployment(model: str, flags: dict[str, Any], **extra: Any) -> Any:
         ),
         slo=slo,
         engine=flags.pop("engine", None),
+        gguf=flags.pop("gguf", None),
         revision=flags.pop("revision", None),
         allow_hub=not flags.pop("offline", False),
         **extra,

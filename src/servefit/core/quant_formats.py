@@ -171,23 +171,43 @@ def mlx_affine(bits: int, group_size: int) -> WeightFormat:
     )
 
 
+# llama.cpp's quantization types with their whole-model bits per weight: the sizes
+# llama-quantize lists for Llama-3-8B (tools/quantize/quantize.cpp QUANT_OPTIONS, e.g.
+# "Q4_K_M ... 4.58G, +0.1754 ppl @ Llama-3-8B"; G is GiB: Q8_0's 7.96G over Llama-3-8B's
+# 8,030,261,248 weights is its 8.5 bits) divided by those weights. A mix (K-quants) keeps
+# some tensors in a wider type, which the average carries.
+LLAMA3_8B_WEIGHTS = 8_030_261_248
+GGUF_SIZES_GIB_AT_LLAMA3_8B = {
+    "q2_k": 2.96,
+    "q3_k_s": 3.41,
+    "q3_k_m": 3.74,
+    "q3_k_l": 4.03,
+    "q4_0": 4.34,
+    "q4_1": 4.78,
+    "q4_k_s": 4.37,
+    "q4_k_m": 4.58,
+    "q5_0": 5.21,
+    "q5_1": 5.65,
+    "q5_k_s": 5.21,
+    "q5_k_m": 5.33,
+    "q6_k": 6.14,
+    "q8_0": 7.96,
+}
+GGUF_ALIASES = {"q3_k": "q3_k_m", "q4_k": "q4_k_m", "q5_k": "q5_k_m"}
+
+
 def gguf(kind: str) -> WeightFormat:
-    """llama.cpp GGUF block formats (ggml-common.h block layouts). Q4_0 and Q8_0: 32 weights
-    and one fp16 scale per block. Q4_K_M mixes Q4_K (4.5 bits/weight) with Q6_K (6.5625) for
-    some tensors; 4.85 bits/weight is its average on Llama-class models (llama.cpp
-    ``quantize`` README: 7B Q4_K_M 3.80 GiB / 6.74 B weights). Prompt processing runs at
-    about 16-bit matmul speed (llama-bench pp512 of Q4_K_M is 0.76x that of F16 on an
-    RTX 4090, XiongjieDai/GPU-Benchmarks-on-LLM-Inference), so servefit computes in fp16."""
-    formats = {
-        "q4_0": WeightFormat(
-            name="gguf-q4_0", bits=4, compute_dtype="fp16", group_size=32, scale_bytes=2
-        ),
-        "q8_0": WeightFormat(
-            name="gguf-q8_0", bits=8, compute_dtype="fp16", group_size=32, scale_bytes=2
-        ),
-        "q4_k_m": WeightFormat(name="gguf-q4_k_m", bits=4.85, compute_dtype="fp16", scale_bytes=0),
-    }
-    fmt = formats.get(kind.lower())
-    if fmt is None:
-        raise ConfigError(f"unknown GGUF type {kind!r}; known: {', '.join(formats)}")
-    return fmt
+    """A llama.cpp GGUF type as one whole-model format: its bits per weight from
+    llama-quantize's own size table (:data:`GGUF_SIZES_GIB_AT_LLAMA3_8B`); F16 and BF16 are
+    16 bits. Prompt processing runs at about 16-bit matmul speed (llama-bench pp512 of
+    Q4_K_M is 0.76x that of F16 on an RTX 4090, XiongjieDai/GPU-Benchmarks-on-LLM-Inference),
+    so servefit computes in fp16."""
+    key = GGUF_ALIASES.get(kind.lower(), kind.lower())
+    if key in ("f16", "bf16"):
+        return WeightFormat(name=f"gguf-{key}", bits=16, compute_dtype="fp16", scale_bytes=0)
+    size_gib = GGUF_SIZES_GIB_AT_LLAMA3_8B.get(key)
+    if size_gib is None:
+        known = ", ".join(k.upper() for k in (*GGUF_SIZES_GIB_AT_LLAMA3_8B, "f16", "bf16"))
+        raise ConfigError(f"unknown GGUF type {kind!r}; known: {known}")
+    bits = round(size_gib * 2**30 * 8 / LLAMA3_8B_WEIGHTS, 3)
+    return WeightFormat(name=f"gguf-{key}", bits=bits, compute_dtype="fp16", scale_bytes=0)

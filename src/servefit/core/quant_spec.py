@@ -47,6 +47,9 @@ class QuantSpec:
     is_targets_only: bool = False  # a module no rule names stays unquantized
     kv_cache_dtype_hint: str | None = None  # e.g. ModelOpt kv_cache_quant_algo FP8
     description: str = "unquantized"
+    # the token embedding is in ``default`` too (a GGUF file quantizes token_embd; vLLM's
+    # checkpoints never quantize it)
+    includes_embedding: bool = False
     # Plain dotted names are looked up by dictionary (checkpoints list hundreds of layers);
     # wildcard and regex rules are scanned. The first rule that matches wins.
     _plain: dict[str, int] = field(init=False, repr=False, compare=False, hash=False)
@@ -113,8 +116,21 @@ class QuantSpec:
 NO_QUANT = QuantSpec()
 
 
-def uniform_quant(fmt: WeightFormat, *, method: str, include_lm_head: bool = True) -> QuantSpec:
-    """Every linear layer (and the LM head) in one format: how GGUF and MLX exports, or a
-    whole-model FP8/FP4 export, are described when no config says more."""
+def uniform_quant(
+    fmt: WeightFormat,
+    *,
+    method: str,
+    include_lm_head: bool = True,
+    include_embedding: bool = False,
+) -> QuantSpec:
+    """Every linear layer (and the LM head; with ``include_embedding`` the token embedding
+    too) in one format: how GGUF and MLX exports, or a whole-model FP8/FP4 export, are
+    described when no config says more."""
     rules = (QuantRule(pattern="lm_head", fmt=fmt),) if include_lm_head else ()
-    return QuantSpec(method=method, default=fmt, rules=rules, description=fmt.name)
+    return QuantSpec(
+        method=method,
+        default=fmt,
+        rules=rules,
+        description=fmt.name,
+        includes_embedding=include_embedding,
+    )

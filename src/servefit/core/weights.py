@@ -127,6 +127,8 @@ def tensor_bytes(spec: ModelSpec, t: WeightTensor) -> float:
     with a dtype of its own (Mamba's float32 ``A``) in it, the rest in the model dtype."""
     if t.dtype is not None:
         return t.num_params * dtype_bytes(t.dtype)
+    if t.role is Role.EMBEDDING and spec.quant.includes_embedding and spec.quant.default:
+        return t.num_params * spec.quant.default.bits / 8
     fmt = linear_format(spec, t)
     if fmt is not None:
         return fmt.linear_bytes(t.in_features, t.out_features) * t.num_copies

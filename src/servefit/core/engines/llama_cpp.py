@@ -175,7 +175,14 @@ class LlamaCppEngine:
     def launch_args(self, model_id: str, plan: CapacityPlan, asked: ServeSettings) -> list[str]:
         """``llama-server -m FILE.gguf -c P*L -np P -ngl 99`` (``-hf`` for a Hub repository)."""
         r = plan.settings
-        source = ["-m", model_id] if model_id.lower().endswith(".gguf") else ["-hf", model_id]
+        method = plan.model.quant.method
+        if model_id.lower().endswith(".gguf"):
+            source = ["-m", model_id]
+        elif method.startswith("gguf "):  # a checkpoint planned as a GGUF of one type (--gguf)
+            kind = method.removeprefix("gguf ")
+            source = ["-m", f"{model_id.rsplit('/', 1)[-1]}-{kind}.gguf"]
+        else:
+            source = ["-hf", model_id]
         args = ["llama-server", *source]
         args += ["-c", str(r.max_num_seqs * r.max_model_len), "-np", str(r.max_num_seqs)]
         args += ["-ngl", ALL_LAYERS]
