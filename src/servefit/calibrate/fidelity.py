@@ -34,22 +34,8 @@ from servefit.errors import ConfigError, ServefitError
 from servefit.units import GIB_BYTES
 
 GIB_ROUNDING = 0.005  # logs print GiB with two decimals
-# the flags of a start-up log that ServeSettings takes as they are
-_SETTINGS = {
-    "tensor_parallel_size",
-    "pipeline_parallel_size",
-    "max_model_len",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "gpu_memory_utilization",
-    "dtype",
-    "quantization",
-    "kv_cache_dtype",
-    "block_size",
-    "enable_prefix_caching",
-    "enforce_eager",
-    "mamba_ssm_cache_dtype",
-}
+# the flags of a start-up log that ServeSettings takes as they are (the rest: unmodelled)
+_SETTINGS = frozenset(ServeSettings.__dataclass_fields__) - {"vllm_version"}
 
 
 class LoggedFigures(BaseModel):
