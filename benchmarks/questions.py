@@ -12,6 +12,8 @@ would type, the thread it comes from and the thread's real outcome as a check:
 * ``number``: a figure of ``--json`` within a relative tolerance;
 * ``faster``: of two commands, the one the thread measured faster is predicted faster.
 
+A verdict AT THE EDGE on the other side of the thread's outcome is *edge*, not right.
+
 An answer is *cannot* when servefit refuses the input (exit 2) or the record says why
 servefit cannot express the deployment yet (``cannot``); such a question is never right.
 ``tests/golden/test_questions.py`` runs the corpus and holds the score.
@@ -41,7 +43,7 @@ DOC = ROOT / "docs" / "questions.md"
 class Answer:
     id: str
     group: str
-    outcome: str  # "right", "wrong", "cannot" or "crash"
+    outcome: str  # "right", "wrong", "edge", "cannot" or "crash"
     detail: str
 
 
@@ -101,11 +103,13 @@ def judge(q: dict[str, Any]) -> Answer:
         return Answer(q["id"], q["group"], "crash", f"exit {code}: {out.strip()[-200:]}")
     verdict = doc.get("verdict") or {}
     said = f"servefit: {verdict.get('headline', '')}"
+    # an at-the-edge verdict on the wrong side is a hedge, neither right nor wrong
+    missed = "edge" if verdict.get("is_at_edge") else "wrong"
     if e["kind"] == "fits":
-        return Answer(q["id"], q["group"], "right" if code == 0 else "wrong", said)
+        return Answer(q["id"], q["group"], "right" if code == 0 else missed, said)
     if e["kind"] == "does_not_fit":
         if code == 0:
-            return Answer(q["id"], q["group"], "wrong", said)
+            return Answer(q["id"], q["group"], missed, said)
         stage = _failure_stage(doc)
         ok = stage == e["why"] or (e["why"] == "kv" and stage == "context")
         return Answer(q["id"], q["group"], "right" if ok else "wrong", f"{said} (stage {stage})")
@@ -157,7 +161,7 @@ def score(questions: list[dict[str, Any]]) -> list[Answer]:
     return [judge(q) for q in questions]
 
 
-def tables(answers: list[Answer]) -> list[tuple[str, int, int, int, int]]:
+def tables(answers: list[Answer]) -> list[tuple[str, int, int, int, int, int]]:
     by_group: dict[str, Counter[str]] = defaultdict(Counter)
     for a in answers:
         by_group[a.group][a.outcome] += 1
@@ -165,7 +169,7 @@ def tables(answers: list[Answer]) -> list[tuple[str, int, int, int, int]]:
     rows = []
     for group in sorted(by_group, key=lambda g: (g != "all", g)):
         c = by_group[group]
-        rows.append((group, c["right"], c["wrong"], c["cannot"], c["crash"]))
+        rows.append((group, c["right"], c["wrong"], c["edge"], c["cannot"], c["crash"]))
     return rows
 
 
@@ -176,12 +180,14 @@ def render_markdown(questions: list[dict[str, Any]], answers: list[Answer]) -> s
         "Written by `python benchmarks/questions.py --write` from",
         "`benchmarks/questions/questions.json`: questions from public vLLM, SGLang, llama.cpp",
         "and Ollama threads, each with the thread's real outcome as an automatic check.",
-        "*cannot* is a deployment servefit cannot express yet (never counted right).",
+        "*cannot* is a deployment servefit cannot express yet, *edge* a verdict AT THE EDGE",
+        "(inside servefit's measured error) on the other side of the thread's outcome: neither",
+        "is counted right.",
         "",
-        "| group | right | wrong | cannot | crash |",
-        "|---|---:|---:|---:|---:|",
+        "| group | right | wrong | edge | cannot | crash |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
-    lines += [f"| {g} | {r} | {w} | {c} | {x} |" for g, r, w, c, x in tables(answers)]
+    lines += [f"| {g} | {r} | {w} | {d} | {c} | {x} |" for g, r, w, d, c, x in tables(answers)]
     lines += ["", "| question | group | answer | detail | source |", "|---|---|---|---|---|"]
     for q, a in zip(questions, answers, strict=True):
         detail = a.detail.replace("|", "/").replace("\n", " ")
@@ -195,9 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     questions = load_questions()
     answers = score(questions)
-    print(f"{'group':<18} {'right':>6} {'wrong':>6} {'cannot':>7} {'crash':>6}")
-    for g, r, w, c, x in tables(answers):
-        print(f"{g:<18} {r:>6} {w:>6} {c:>7} {x:>6}")
+    print(f"{'group':<18} {'right':>6} {'wrong':>6} {'edge':>5} {'cannot':>7} {'crash':>6}")
+    for g, r, w, d, c, x in tables(answers):
+        print(f"{g:<18} {r:>6} {w:>6} {d:>5} {c:>7} {x:>6}")
     for a in answers:
         if a.outcome in ("wrong", "crash"):
             print(f"{a.outcome}: {a.id}: {a.detail}", file=sys.stderr)
