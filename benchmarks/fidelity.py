@@ -38,6 +38,10 @@ def _gpus(log) -> int:
     )
 
 
+def _version(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split("."))
+
+
 def _pct(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:.1%}"
 
@@ -113,7 +117,12 @@ def render_markdown(score: CorpusScore, baseline: dict[str, list[float]] | None)
         "",
         "## Capacity (KV-cache tokens)",
         "",
-        f"- start-up logs scored: {facts['logs']}",
+        f"- start-up logs scored: {facts['logs']}, on "
+        f"{', '.join(sorted({c.log.gpu_catalog for c in score.capacity}))}; vLLM "
+        f"{', '.join(sorted({c.log.vllm_version for c in score.capacity}, key=_version))}",
+        f"- speed measurements: {len(score.speed)} on "
+        f"{len({s.measurement.gpu for s in score.speed})} GPU kinds, engines "
+        f"{', '.join(sorted({s.measurement.engine for s in score.speed}))}",
         f"- given the logged KV memory, the token count bracketed to the token: "
         f"{facts['given_memory_exact']} of {facts['given_memory_cases']}",
         f"- end to end (from the GPU and the flags) within 1 %: "
