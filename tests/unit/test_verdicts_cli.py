@@ -108,3 +108,46 @@ def test_an_unbundled_id_offline_names_the_bundled_checkpoint_it_derives_from():
     assert "Close bundled entries: Qwen/Qwen3-8B," in awq.stderr
     nothing = run("plan", "foo/bar", "--gpu", "H100", "--offline")
     assert nothing.returncode == 2 and "Close bundled entries" not in nothing.stderr
+
+
+def test_a_context_limit_names_the_config_it_comes_from(tmp_path):
+    # the bundled entry's max_position_embeddings (Qwen3-8B: 40,960) refuses 50,000 tokens;
+    # the reason says which file set the limit (a sibling checkpoint may allow more)
+    doc = json.loads(
+        run(
+            "plan",
+            "Qwen/Qwen3-8B",
+            "--gpu",
+            "H100",
+            "--offline",
+            "--max-model-len",
+            "50000",
+            "--no-performance",
+            "--json",
+        ).stdout
+    )
+    reason = next(r for r in doc["verdict"]["reasons"] if "max_position_embeddings" in r)
+    assert "from the bundled entry for Qwen/Qwen3-8B" in reason and "aiconfigurator" in reason
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**catalog_config("Qwen/Qwen3-8B")}))
+    from_file = json.loads(
+        run(
+            "plan",
+            str(config),
+            "--gpu",
+            "H100",
+            "--max-model-len",
+            "50000",
+            "--no-performance",
+            "--json",
+        ).stdout
+    )
+    assert any(f"the config file {config}" in r for r in from_file["verdict"]["reasons"])
+
+
+def catalog_config(model_id: str) -> dict:
+    from servefit.adapters.catalog import find_catalog_model
+
+    entry = find_catalog_model(model_id)
+    assert entry is not None
+    return entry.config

@@ -95,7 +95,7 @@ def plan_deployment(
     resolved = resolved or resolve(d)
     plan = capacity_for(resolved, d.engine_settings())
     bands = prediction_bands(resolved, plan, d)
-    verdict = judge(plan, d, bands.kv_cache_tokens)
+    verdict = with_limit_sources(judge(plan, d, bands.kv_cache_tokens), resolved)
     perf, note = (None, "not asked for (--no-performance)")
     if with_performance:
         perf, note = predict(resolved, plan, d)
@@ -130,3 +130,22 @@ def prediction_bands(resolved: Resolved, plan: CapacityPlan, d: Deployment) -> P
 
     engine = d.engine or plan.engine
     return bands_for(error_bands(), hardware_class(resolved.gpu), engine, d.workload.concurrency)
+
+
+def with_limit_sources(verdict: Verdict, resolved: Resolved) -> Verdict:
+    """Name where the model's own limits come from (a catalog entry, a config file, the Hub)
+    beside the reason that cites one, so a user who ran a sibling checkpoint with a longer
+    context sees which file set the limit."""
+    from dataclasses import replace
+
+    loaded = resolved.loaded
+    where = {
+        "catalog": f"the bundled entry for {resolved.model_id} ({loaded.source})",
+        "path": f"the config file {loaded.source}",
+        "hub": f"the config.json of {loaded.source}",
+    }.get(loaded.origin, "the uploaded config")
+    reasons = tuple(
+        f"{r} (max_position_embeddings from {where})" if "max_position_embeddings" in r else r
+        for r in verdict.reasons
+    )
+    return replace(verdict, reasons=reasons) if reasons != verdict.reasons else verdict
