@@ -151,3 +151,14 @@ def catalog_config(model_id: str) -> dict:
     entry = find_catalog_model(model_id)
     assert entry is not None
     return entry.config
+
+
+def test_a_reason_is_printed_as_written_even_with_brackets(tmp_path):
+    # a path with [brackets] in a reason is text, not terminal markup to swallow
+    folder = tmp_path / "[exp-1]"
+    folder.mkdir()
+    config = folder / "config.json"
+    config.write_text(json.dumps(catalog_config("Qwen/Qwen3-8B")))
+    out = run("plan", str(config), "--gpu", "H100", "--max-model-len", "50000", "--no-performance")
+    assert out.returncode == 1
+    assert "[exp-1]" in " ".join(out.stdout.split())

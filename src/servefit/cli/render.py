@@ -304,17 +304,17 @@ def render_verdict(outcome: PlanOutcome, console: Console) -> None:
     if outcome.deployment.is_workload_given:
         console.print(f"  workload: {outcome.deployment.workload.describe()}", highlight=False)
     for line in v.reasons:
-        console.print(f"  - {line}", highlight=False)
+        console.print(f"  - {escape(line)}", highlight=False)
     for line in v.checks:
-        console.print(f"  [green]ok[/] {line}", highlight=False)
+        console.print(f"  [green]ok[/] {escape(line)}", highlight=False)
     if v.margin is not None:
-        console.print(f"  margin: {v.margin.describe()}", highlight=False)
+        console.print(f"  margin: {escape(v.margin.describe())}", highlight=False)
     if v.edge_advice:
         console.print(
             f"  out of the edge: {' or '.join(v.edge_advice)}", soft_wrap=True, highlight=False
         )
     for line in plan.warnings:
-        console.print(f"  [yellow]! {line}[/]", highlight=False)
+        console.print(f"  [yellow]! {escape(line)}[/]", highlight=False)
     console.print()
     rec = outcome.recommendation
     if v.fits:
