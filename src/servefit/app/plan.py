@@ -67,7 +67,7 @@ def launch_args(resolved: Resolved, plan: CapacityPlan, asked: ServeSettings) ->
 
 
 def predict(
-    resolved: Resolved, plan: CapacityPlan, d: Deployment
+    resolved: Resolved, plan: CapacityPlan, d: Deployment, bands: PredictionBands | None = None
 ) -> tuple[PerformancePlan | None, str]:
     """The performance of the deployment's workload, or why there is none; it carries the
     measured error of each of its figures for this deployment's group."""
@@ -80,7 +80,7 @@ def predict(
     try:
         profile = resolved.profile(d.engine or plan.engine)
         perf = plan_performance(plan, d.workload, profile, slo=d.slo)
-        return replace(perf, bands=prediction_bands(resolved, plan, d)), ""
+        return replace(perf, bands=bands or prediction_bands(resolved, plan, d)), ""
     except InvalidArgumentError as error:
         if d.is_workload_given:
             return None, str(error)
@@ -98,7 +98,7 @@ def plan_deployment(
     verdict = with_limit_sources(judge(plan, d, bands.kv_cache_tokens), resolved)
     perf, note = (None, "not asked for (--no-performance)")
     if with_performance:
-        perf, note = predict(resolved, plan, d)
+        perf, note = predict(resolved, plan, d, bands)
     rec = None
     rec_args: tuple[str, ...] = ()
     if not verdict.fits:

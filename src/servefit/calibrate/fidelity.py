@@ -104,7 +104,6 @@ class CapacityScore:
     given_memory_tokens: tuple[int, int] | None
     given_memory_concurrency: tuple[float, float] | None  # "Maximum concurrency", both ends
     predicted_kv_gib: float
-    error: str = ""  # why servefit could not plan it (the record is then not scored)
 
     @property
     def relative_error(self) -> float:
