@@ -81,6 +81,14 @@ def test_bad_input_is_a_400_naming_the_field(params, field, words):
         ({**SEED, "calibration": "/etc/hostname"}, "calibration"),
         ({**SEED, "bench": "/tmp"}, "bench"),
         ({**SEED, "model": "upload:../../etc"}, "model"),
+        (
+            {
+                **SEED,
+                "speculative-config": '{"method": "eagle3", "model": "/etc/x", '
+                '"num_speculative_tokens": 2}',
+            },
+            "speculative-config",
+        ),
     ],
 )
 def test_a_request_carrying_a_file_path_is_refused(params, field):
@@ -178,6 +186,40 @@ def test_the_export_is_plan_json_for_the_same_flags_with_a_workload():
     assert cli.returncode in (0, 1), cli.stderr
     assert body.decode() == cli.stdout
     assert json.loads(body)["verdict"]["workload_runs"] is not None  # the workload is judged
+
+
+def test_a_speculative_plan_is_plan_json_for_the_same_flags():
+    spec = '{"method":"mtp","num_speculative_tokens":1}'
+    params = {**SEED, "speculative-config": spec, "acceptance-rate": "0.8", "concurrency": "4"}
+    status, _, body = get("/api/plan.json", params)
+    assert status == 200, body
+    cli = subprocess.run(
+        [
+            *CLI,
+            "plan",
+            SEED["model"],
+            "--gpu",
+            "A40",
+            "--max-model-len",
+            "32k",
+            "--max-num-seqs",
+            "128",
+            "--speculative-config",
+            spec,
+            "--acceptance-rate",
+            "0.8",
+            "--concurrency",
+            "4",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=OFFLINE,
+        timeout=120,
+    )
+    assert cli.returncode in (0, 1), cli.stderr
+    assert body.decode() == cli.stdout
+    assert "--speculative-config" in json.loads(body)["vllm_command"]
 
 
 def test_compare_is_compare_json():

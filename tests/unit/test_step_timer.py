@@ -28,7 +28,11 @@ def _shapes(rng: random.Random, n: int) -> list[StepShape]:
             decodes = (rng.randint(0, 100),)
         finishing = rng.choice([None, 0, len(chunks)])
         shape = StepShape(
-            decode_contexts=decodes, prefill_chunks=chunks, num_finishing_prefills=finishing
+            decode_contexts=decodes,
+            prefill_chunks=chunks,
+            num_finishing_prefills=finishing,
+            # a speculative step verifies 1 + k tokens per decoding sequence
+            decode_query_tokens=rng.choice([1, 1, 2, 4, 8]),
         )
         shapes.append(shape)
     return shapes

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,6 +27,7 @@ from servefit.core.perf import prefill_time_s, simulate_load
 from servefit.core.plan import CapacityPlan, ServeSettings, plan_capacity
 from servefit.core.quant import WeightFormat, gguf, mlx_affine, nvfp4, uniform_quant
 from servefit.core.roofline import EfficiencyProfile
+from servefit.core.speculative import Acceptance, DraftNetwork, Speculation
 from servefit.core.workload import LengthDist, Workload
 from servefit.errors import ConfigError
 
@@ -80,6 +81,13 @@ class MeasuredSettings(BaseModel):
     quantization: str | None = None  # vLLM --quantization (fp8 at load time)
     weights: str | None = None  # a whole-model format of WEIGHT_FORMATS
     enable_prefix_caching: bool = True
+    # speculative decoding: vLLM's --speculative-config object, the draft checkpoint's
+    # config.json (an EAGLE head or a draft model) when it has one, and the acceptance the
+    # source measured (per position, or the mean acceptance length)
+    speculative_config: dict[str, Any] | None = None
+    draft_config: dict[str, Any] | None = None
+    acceptance_per_position: list[float] | None = None
+    mean_acceptance_length: float | None = None
 
 
 class Measurement(BaseModel):
@@ -165,6 +173,7 @@ class PreparedMeasurement:
     gpu: GpuSpec
     plan: CapacityPlan
     coeffs: ModelCoeffs
+    speculation: Speculation | None = None
 
 
 def _plan(m: Measurement, spec: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> CapacityPlan:
@@ -203,13 +212,49 @@ def prepare(m: Measurement) -> PreparedMeasurement:
         quantization=s.quantization,
         enable_prefix_caching=s.enable_prefix_caching,
     )
+    speculation = None
+    if s.speculative_config is not None:
+        settings, speculation = _speculative(m, spec, settings)
     plan = _plan(m, spec, gpu, settings)
     if not plan.starts:
         raise ConfigError(f"measurement {m.id}: the setup does not fit: {plan.problems}")
     coeffs = model_coeffs(
         plan.model, tp=m.tp, pp=m.pp, ep=m.ep, kv_cache_dtype=plan.settings.kv_cache_dtype
     )
-    return PreparedMeasurement(measurement=m, gpu=gpu, plan=plan, coeffs=coeffs)
+    return PreparedMeasurement(
+        measurement=m, gpu=gpu, plan=plan, coeffs=coeffs, speculation=speculation
+    )
+
+
+def _speculative(
+    m: Measurement, spec: ModelSpec, settings: ServeSettings
+) -> tuple[ServeSettings, Speculation]:
+    """The measured run's speculation: its config, its draft checkpoint, the acceptance the
+    source measured (a speed figure is predicted given the measured acceptance)."""
+    from servefit.adapters.speculative_config import read_speculative_config
+    from servefit.core import drafter
+
+    s = m.settings
+    assert s.speculative_config is not None
+    sc = read_speculative_config(s.speculative_config)
+    draft = None
+    if s.draft_config is not None:
+        draft_spec = spec_from_hf_config(s.draft_config, name=sc.model or "draft")
+        size = s.draft_config.get("draft_vocab_size")
+        draft = DraftNetwork(
+            spec=draft_spec, draft_vocab_size=size if isinstance(size, int) else None
+        )
+    source = f"measured in {m.id}"
+    if s.acceptance_per_position:
+        acceptance = Acceptance(per_position=tuple(s.acceptance_per_position), source=source)
+    elif s.mean_acceptance_length is not None:
+        acceptance = Acceptance.from_mean_length(s.mean_acceptance_length, sc.k, source=source)
+    else:
+        raise ConfigError(f"measurement {m.id}: a speculative run needs its measured acceptance")
+    speculation = Speculation(
+        config=sc, acceptance=acceptance, draft=drafter.timing_spec(spec, sc, draft)
+    )
+    return replace(settings, speculative=sc, draft=draft), speculation
 
 
 def predict(
@@ -248,7 +293,7 @@ def predict_prepared(
             min(w.num_requests, max_requests) if w.num_requests and max_requests else w.num_requests
         ),
     )
-    result = simulate_load(plan, coeffs, profile, workload)
+    result = simulate_load(plan, coeffs, profile, workload, speculation=prepared.speculation)
     if m.metric == "output_throughput_tok_per_s":
         return result.output_throughput_tok_per_s * m.replicas
     if m.metric == "total_throughput_tok_per_s":

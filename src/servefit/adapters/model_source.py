@@ -42,6 +42,13 @@ class LoadedModel:
     # the catalog entry's confidence ("high", "medium", "low", ...) and notes; None off it
     catalog_confidence: str | None = None
     catalog_note: str | None = None
+    # an EAGLE-3 head's own vocabulary (``draft_vocab_size``: its LM head's rows)
+    draft_vocab_size: int | None = None
+
+
+def _draft_vocab_size(config: Any) -> int | None:
+    value = config.get("draft_vocab_size") if isinstance(config, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 # The deepest JSON a config file may nest: Hugging Face configs nest 3 levels (a config,
@@ -187,6 +194,7 @@ def _from_path(path: Path) -> LoadedModel:
         source=str(config_path),
         mamba_ssm_dtype=state_dtype(config),
         checkpoint_bytes=_checkpoint_bytes(index, str(index_path)),
+        draft_vocab_size=_draft_vocab_size(config),
     )
 
 
@@ -279,6 +287,7 @@ def _from_hub(model_id: str, revision: str | None) -> LoadedModel:
         source=f"huggingface.co/{model_id}" + (f"@{revision}" if revision else ""),
         mamba_ssm_dtype=state_dtype(config),
         checkpoint_bytes=_checkpoint_bytes(index),
+        draft_vocab_size=_draft_vocab_size(config),
     )
 
 

@@ -83,6 +83,7 @@ class SettingsSection(FrozenDoc):
     vllm_version: str
     concurrency: int
     context_tokens: int
+    speculative_config: str | None = None  # --speculative-config as given (vLLM's JSON)
 
 
 class MemorySection(FrozenDoc):
@@ -338,6 +339,7 @@ def plan_document(
             vllm_version=r.vllm_version,
             concurrency=r.concurrency,
             context_tokens=r.context_tokens,
+            speculative_config=r.speculative.given_json if r.speculative else None,
         ),
         memory=MemorySection(
             total_bytes_per_gpu=m.total_bytes,

@@ -201,6 +201,10 @@ def settings_from_log(log: StartupLog) -> dict[str, Any]:
         out["kv_cache_memory_bytes"] = explicit.value  # the CPU's given space is a setting
     if "max_model_len" not in out and log.value("max_model_len"):
         out["max_model_len"] = int(log.value("max_model_len"))
+    if isinstance(args.get("speculative_config"), dict):
+        from servefit.adapters.speculative_config import read_speculative_config
+
+        out["speculative"] = read_speculative_config(args["speculative_config"])
     version = log.engine_version
     if version:
         major, minor = parse_version(version)

@@ -77,6 +77,9 @@ class Deployment:
     revision: str | None = None
     allow_hub: bool = True
     extra_args: tuple[str, ...] = ()  # engine flags servefit does not model, carried verbatim
+    # --acceptance-rate: the share of drafted tokens kept under --speculative-config (None:
+    # the method's published figure, data/acceptance.toml)
+    acceptance_rate: float | None = None
 
     def engine_settings(self) -> ServeSettings:
         """The settings the capacity model sees: the flags, plus the explicit target."""

@@ -5,7 +5,7 @@ goes through here, so each gives the same answer for the same deployment."""
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from servefit.app.deployment import Deployment
@@ -18,6 +18,7 @@ from servefit.errors import InvalidArgumentError
 if TYPE_CHECKING:  # imported only when a plan predicts speed / does not fit (cold start)
     from servefit.app.recommend import Recommendation
     from servefit.core.perf import PerformancePlan
+    from servefit.core.speculative import Speculation
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,7 +51,10 @@ class PlanOutcome:
 
 
 def capacity_for(resolved: Resolved, settings: ServeSettings) -> CapacityPlan:
-    """The engine's capacity plan of these settings on the resolved model and GPU."""
+    """The engine's capacity plan of these settings on the resolved model and GPU (with
+    the draft checkpoint the settings' ``--speculative-config`` names)."""
+    if settings.speculative is not None and settings.draft is None:
+        settings = replace(settings, draft=resolved.draft)
     return resolved.engine.plan(
         resolved.loaded.spec,
         resolved.gpu,
@@ -79,12 +83,35 @@ def predict(
 
     try:
         profile = resolved.profile(d.engine or plan.engine)
-        perf = plan_performance(plan, d.workload, profile, slo=d.slo)
+        perf = plan_performance(
+            plan, d.workload, profile, slo=d.slo, speculation=speculation_of(resolved, plan, d)
+        )
         return replace(perf, bands=bands or prediction_bands(resolved, plan, d)), ""
     except InvalidArgumentError as error:
         if d.is_workload_given:
             return None, str(error)
         return None, f"the default workload does not run here ({error}); describe yours"
+
+
+def speculation_of(resolved: Resolved, plan: CapacityPlan, d: Deployment) -> Speculation | None:
+    """What the speed model needs of the plan's ``--speculative-config``: the acceptance
+    (``--acceptance-rate`` or the method's published figure) and the drafter's network."""
+    sc = plan.settings.speculative
+    if sc is None:
+        if d.acceptance_rate is not None:
+            raise InvalidArgumentError(
+                "--acceptance-rate needs --speculative-config (the drafts it is the rate of)"
+            )
+        return None
+    from servefit.adapters.acceptance import acceptance_for
+    from servefit.core import drafter
+    from servefit.core.speculative import Speculation
+
+    return Speculation(
+        config=sc,
+        acceptance=acceptance_for(sc.method, sc.k, d.acceptance_rate),
+        draft=drafter.timing_spec(resolved.loaded.spec, sc, resolved.draft),
+    )
 
 
 def plan_deployment(

@@ -13,7 +13,8 @@ from servefit.adapters.model_source import LoadedModel, load_model
 from servefit.app.deployment import Deployment, Hardware
 from servefit.core.engines import ServingEngine, select_engine
 from servefit.core.hardware import GpuSpec, custom_gpu
-from servefit.errors import InvalidArgumentError
+from servefit.core.speculative import DraftNetwork
+from servefit.errors import InvalidArgumentError, ModelNotFoundError
 from servefit.units import GB_BYTES, GIB_BYTES
 
 if TYPE_CHECKING:
@@ -93,6 +94,7 @@ class Resolved:
     gpu: GpuSpec
     calibration: CalibrationDocument | None
     engine: ServingEngine  # the engine that serves it there (refusals raised on resolve)
+    draft: DraftNetwork | None = None  # the --speculative-config draft checkpoint, loaded
 
     @property
     def model_id(self) -> str:
@@ -140,7 +142,30 @@ def resolve(d: Deployment, *, loaded: LoadedModel | None = None) -> Resolved:
     if d.gguf is not None:
         loaded = as_gguf(loaded, d.gguf)
     engine = select_engine(d.engine, gpu, loaded.spec)
-    return Resolved(deployment=d, loaded=loaded, gpu=gpu, calibration=calibration, engine=engine)
+    return Resolved(
+        deployment=d,
+        loaded=loaded,
+        gpu=gpu,
+        calibration=calibration,
+        engine=engine,
+        draft=load_draft(d),
+    )
+
+
+def load_draft(d: Deployment) -> DraftNetwork | None:
+    """The draft checkpoint ``--speculative-config`` names (an EAGLE head or a draft
+    model), its config read as the target's is (path, catalog, Hub); None when the
+    proposer needs none (n-gram, suffix, the checkpoint's own MTP layers)."""
+    sc = d.settings.speculative
+    if sc is None or not sc.method.needs_draft_config or sc.model is None:
+        return None
+    from servefit.core.speculative import FLAG
+
+    try:
+        draft = load_model(sc.model, revision=None, allow_hub=d.allow_hub)
+    except (InvalidArgumentError, ModelNotFoundError) as exc:
+        raise InvalidArgumentError(f"{FLAG} model {sc.model!r}: {exc}") from None
+    return DraftNetwork(spec=draft.spec, draft_vocab_size=draft.draft_vocab_size)
 
 
 def as_gguf(loaded: LoadedModel, kind: str) -> LoadedModel:

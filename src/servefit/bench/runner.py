@@ -107,7 +107,7 @@ async def _scrape(client: OpenAIClient) -> Scrape:
     parsed = list(server_metrics.samples(text))
     raw = server_metrics.sums(parsed)
     return Scrape(
-        counters=server_metrics.normalise(raw),
+        counters=server_metrics.normalise(raw) | server_metrics.per_position(parsed),
         histograms=server_metrics.histograms(parsed),
         raw=raw,
     )

@@ -37,6 +37,17 @@ NAMES: dict[str, tuple[str, ...]] = {
         "sglang:num_queue_reqs",
         "llamacpp:requests_deferred",
     ),
+    # speculative decoding (vllm/v1/spec_decode/metrics.py): drafts proposed, tokens drafted,
+    # tokens accepted; per position below (the counter's `position` label)
+    "spec_decode_drafts": ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_drafts"),
+    "spec_decode_draft_tokens": (
+        "vllm:spec_decode_num_draft_tokens_total",
+        "vllm:spec_decode_num_draft_tokens",
+    ),
+    "spec_decode_accepted_tokens": (
+        "vllm:spec_decode_num_accepted_tokens_total",
+        "vllm:spec_decode_num_accepted_tokens",
+    ),
     "kv_cache_usage": (
         "vllm:kv_cache_usage_perc",
         "vllm:gpu_cache_usage_perc",
@@ -45,6 +56,12 @@ NAMES: dict[str, tuple[str, ...]] = {
     ),
 }
 GAUGES = ("requests_running", "requests_waiting", "kv_cache_usage")
+PER_POSITION = (
+    "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+    "vllm:spec_decode_num_accepted_tokens_per_pos",
+)
+# a draft position's accepted-token counter, normalised: accepted_pos_<position>
+POSITION_PREFIX = "spec_decode_accepted_pos_"
 # the exposition names of the gauges: what a sample taken while the run goes on reads
 _GAUGE_METRICS = frozenset(name for gauge in GAUGES for name in NAMES[gauge])
 
@@ -114,6 +131,22 @@ def parse_gauges(text: str) -> dict[str, float]:
     return {name: value for name, value in values.items() if name in GAUGES}
 
 
+def per_position(parsed: Iterable[Sample]) -> dict[str, float]:
+    """vLLM's accepted tokens per draft position (summed over engines), normalised to
+    ``spec_decode_accepted_pos_<i>``; the first exposition name found wins, as in
+    :func:`normalise`."""
+    by_name: dict[str, dict[str, float]] = {}
+    for name, labels, value in parsed:
+        if name in PER_POSITION and labels.get("position", "").isdigit():
+            key = POSITION_PREFIX + labels["position"]
+            found = by_name.setdefault(name, {})
+            found[key] = found.get(key, 0.0) + value
+    for name in PER_POSITION:
+        if name in by_name:
+            return by_name[name]
+    return {}
+
+
 def normalise(raw: dict[str, float]) -> dict[str, float]:
     out = {}
     for name, candidates in NAMES.items():
@@ -132,10 +165,32 @@ def deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float
             out[name] = value
         elif name in before:
             out[name] = value - before[name]
+        elif name.startswith(POSITION_PREFIX):  # a position first drafted during the run
+            out[name] = value
     if out.get("prefix_cache_queries_tokens"):
         out["prefix_cache_hit_rate"] = (
             out.get("prefix_cache_hits_tokens", 0.0) / out["prefix_cache_queries_tokens"]
         )
+    out.update(acceptance(out))
+    return out
+
+
+def acceptance(counters: dict[str, float]) -> dict[str, float]:
+    """Speculative decoding over a run, from the counter increases, as vLLM's own
+    SpecDecodingLogging states them: acceptance rate = accepted / drafted tokens, mean
+    acceptance length = 1 + accepted / drafts, per position = accepted at it / drafts."""
+    drafts = counters.get("spec_decode_drafts", 0.0)
+    drafted = counters.get("spec_decode_draft_tokens", 0.0)
+    accepted = counters.get("spec_decode_accepted_tokens", 0.0)
+    if drafts <= 0 or drafted <= 0:
+        return {}
+    out = {
+        "spec_decode_acceptance_rate": accepted / drafted,
+        "spec_decode_mean_acceptance_length": 1.0 + accepted / drafts,
+    }
+    for key, value in counters.items():
+        if key.startswith(POSITION_PREFIX):
+            out["spec_decode_acceptance_pos_" + key[len(POSITION_PREFIX) :]] = value / drafts
     return out
 
 

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from servefit.adapters.catalog import gpu_catalog
 from servefit.adapters.measurements import Measurement, load_measurements, predict, profile_for
 from servefit.adapters.model_source import LoadedModel, load_model
+from servefit.adapters.speculative_config import read_speculative_config
 from servefit.core.error_band import ScoredRecord, figure_of
 from servefit.core.hardware import hardware_class
 from servefit.core.plan import CapacityPlan, ServeSettings, plan_capacity
@@ -156,6 +157,9 @@ class SpeedScore:
 
 def _settings(log: StartupLog, **extra: Any) -> ServeSettings:
     given = {k: v for k, v in log.settings.items() if k in _SETTINGS and v is not None}
+    speculative = log.settings.get("speculative_config")
+    if speculative:  # the log's dict, as vLLM printed it
+        given["speculative"] = read_speculative_config(speculative, log.vllm_version)
     return ServeSettings(vllm_version=log.vllm_version, **given, **extra)
 
 

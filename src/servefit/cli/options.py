@@ -113,6 +113,19 @@ SERVE_OPTIONS = [
         default=None,
         help="vLLM version whose accounting to mirror: 0.8 to 0.33 [0.33].",
     ),
+    click.option(
+        "--speculative-config",
+        help="Speculative decoding, as vLLM takes it: a JSON object, e.g. "
+        '\'{"method": "ngram", "num_speculative_tokens": 3}\', '
+        '\'{"method": "mtp", "num_speculative_tokens": 1}\' or '
+        '\'{"method": "eagle3", "model": "HEAD", "num_speculative_tokens": 3}\'.',
+    ),
+    click.option(
+        "--acceptance-rate",
+        type=FINITE_FLOAT,
+        help="Speculative decoding: the share of drafted tokens kept, each given the ones "
+        "before it (0 to 1) [the method's published figure].",
+    ),
 ]
 
 TARGET_OPTIONS = [
@@ -310,6 +323,7 @@ def build_deployment(model: str, flags: dict[str, Any], **extra: Any) -> Any:
         gguf=flags.pop("gguf", None),
         revision=flags.pop("revision", None),
         allow_hub=not flags.pop("offline", False),
+        acceptance_rate=flags.pop("acceptance_rate", None),
         **extra,
     )
 
@@ -319,6 +333,12 @@ def pop_serve_settings(flags: dict[str, Any]) -> Any:
     from servefit.core.plan import ServeSettings
 
     kv_memory = flags.pop("kv_cache_memory", None)
+    version = modelled_vllm_version(flags.pop("vllm_version", None))
+    speculative = flags.pop("speculative_config", None)
+    if speculative is not None:
+        from servefit.adapters.speculative_config import read_speculative_config
+
+        speculative = read_speculative_config(speculative, version)
     return ServeSettings(
         tensor_parallel_size=flags.pop("tensor_parallel_size", 1),
         pipeline_parallel_size=flags.pop("pipeline_parallel_size", 1),
@@ -334,7 +354,8 @@ def pop_serve_settings(flags: dict[str, Any]) -> Any:
         enforce_eager=flags.pop("enforce_eager", False),
         dtype=flags.pop("dtype", "auto"),
         quantization=flags.pop("quantization", None),
-        vllm_version=modelled_vllm_version(flags.pop("vllm_version", None)),
+        vllm_version=version,
+        speculative=speculative,
     )
 
 

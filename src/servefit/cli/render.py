@@ -266,6 +266,19 @@ def render_bench(result: Any, console: Console) -> None:
         console.print(
             f"cached prompt tokens: {s.cached_tokens_total:,} of {s.prompt_tokens_total:,}"
         )
+    m = result.server_metrics
+    if "spec_decode_acceptance_rate" in m:  # vLLM's own counters over the run
+        positions = sorted(
+            (int(k.rsplit("_", 1)[1]), v)
+            for k, v in m.items()
+            if k.startswith("spec_decode_acceptance_pos_")
+        )
+        console.print(
+            f"speculative decoding: {m['spec_decode_drafts']:,.0f} drafts, acceptance "
+            f"{m['spec_decode_acceptance_rate']:.1%} of drafted tokens, mean acceptance "
+            f"length {m['spec_decode_mean_acceptance_length']:.2f}; per position "
+            + " / ".join(f"{v:.2f}" for _, v in positions)
+        )
     for t in result.turns:
         console.print(
             f"  turn {t.turn}: {t.requests} requests, prompt {t.prompt_tokens_mean or 0:,.0f} tok, "

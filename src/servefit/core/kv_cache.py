@@ -110,6 +110,7 @@ class CacheSettings:
     # no hybrid KV-cache manager (vLLM 0.8): sliding-window layers beside full attention
     # are allocated as full attention (unify_hybrid_kv_cache_specs)
     unify_sliding_window: bool = False
+    speculative_tokens: int = 0  # --speculative-config's k: more state blocks and conv steps
 
     def __post_init__(self) -> None:
         if self.kernel_block_size < 1:
@@ -186,7 +187,7 @@ def layer_specs(spec: ModelSpec, layers: range | None, s: CacheSettings) -> tupl
         if isinstance(m, MlaSpec)
     ]
     states = [
-        state_bytes(m, s.tp, model_bytes, ssm_bytes)
+        state_bytes(m, s.tp, model_bytes, ssm_bytes, s.speculative_tokens)
         for m in mixers
         if isinstance(m, LinearAttentionSpec | MambaSpec)
     ]
@@ -225,10 +226,11 @@ def layer_specs(spec: ModelSpec, layers: range | None, s: CacheSettings) -> tupl
             )
             result.append(KvLayerSpec(kind=MixerKind.MLA, block_size=block, page_size_bytes=page))
         elif isinstance(m, LinearAttentionSpec | MambaSpec):
-            per_request = 1
+            # + k under speculation (MambaSpec.num_speculative_blocks, mamba/abstract.py)
+            per_request = 1 + s.speculative_tokens
             if s.cache_mode is CacheMode.ALIGN:
                 is_mamba2 = isinstance(m, MambaSpec) and m.version == 2
-                per_request = 2 + (s.mamba2_checkpoint_blocks if is_mamba2 else 0)
+                per_request += 1 + (s.mamba2_checkpoint_blocks if is_mamba2 else 0)
             result.append(
                 KvLayerSpec(
                     kind=m.kind,

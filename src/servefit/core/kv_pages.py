@@ -70,14 +70,20 @@ def mla_bytes_per_token(
 
 
 def state_bytes(
-    mixer: LinearAttentionSpec | MambaSpec, tp: int, conv_bytes: float, ssm_bytes: float
+    mixer: LinearAttentionSpec | MambaSpec,
+    tp: int,
+    conv_bytes: float,
+    ssm_bytes: float,
+    num_spec: int = 0,
 ) -> int:
     """Constant per-sequence state of one linear-attention or Mamba layer on one rank
     (vLLM ``MambaStateShapeCalculator``): a conv window of (kernel - 1) steps plus the SSM
-    state."""
+    state. Under speculative decoding the Gated DeltaNet and Mamba-2 conv windows hold
+    ``num_spec`` more steps (``conv_kernel - 1 + num_spec``, vLLM 0.32 mamba_utils.py
+    gated_delta_net_state_shape / mamba2_state_shape; Mamba-1's does not)."""
     if isinstance(mixer, LinearAttentionSpec):
         conv_dim = 2 * mixer.key_dim + mixer.value_dim
-        conv = (mixer.conv_kernel - 1) * conv_dim // tp
+        conv = (mixer.conv_kernel - 1 + num_spec) * conv_dim // tp
         ssm = (mixer.num_v_heads // tp) * mixer.k_head_dim * mixer.v_head_dim
     elif mixer.version == 1:
         conv = (mixer.conv_kernel - 1) * mixer.d_inner // tp
@@ -88,6 +94,6 @@ def state_bytes(
             mixer.n_groups if mixer.n_groups % tp == 0 else mixer.n_groups + tp - mixer.n_groups
         )
         conv_dim = mixer.d_inner + 2 * groups * mixer.state_size
-        conv = (mixer.conv_kernel - 1) * conv_dim // tp
+        conv = (mixer.conv_kernel - 1 + num_spec) * conv_dim // tp
         ssm = (mixer.num_heads // tp) * mixer.head_dim * mixer.state_size
     return int(conv * conv_bytes + ssm * ssm_bytes)

@@ -61,6 +61,9 @@ class StepShape:
     decode_contexts: tuple[int, ...] = ()
     prefill_chunks: tuple[tuple[int, int], ...] = ()
     num_finishing_prefills: int | None = None  # prefills that sample a token (default: all)
+    # tokens each decoding sequence runs: 1, or 1 + k when speculative decoding verifies k
+    # drafts (every one sampled; its attention reads the sequence's keys once)
+    decode_query_tokens: int = 1
     _memo: dict[int | None, int] = field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False
     )
@@ -85,7 +88,9 @@ class StepShape:
 
     @property
     def num_tokens(self) -> int:
-        return len(self.decode_contexts) + sum(n for n, _ in self.prefill_chunks)
+        return len(self.decode_contexts) * self.decode_query_tokens + sum(
+            n for n, _ in self.prefill_chunks
+        )
 
     @property
     def num_seqs(self) -> int:
@@ -94,7 +99,7 @@ class StepShape:
     @property
     def num_sampled(self) -> int:
         finishing = self.num_finishing_prefills
-        return len(self.decode_contexts) + (
+        return len(self.decode_contexts) * self.decode_query_tokens + (
             len(self.prefill_chunks) if finishing is None else finishing
         )
 

@@ -51,8 +51,10 @@ def attention_row(
     window = coeffs.window
     flops = 0.0
     keys = 0.0
-    decode_keys = shape.decode_keys(window)  # one query per sequence: pairs = keys
-    flops += decode_keys * coeffs.decode_flops_per_pair
+    # each decoding sequence's queries (1, or 1 + k when verifying drafts) read its keys
+    # once: pairs = keys x queries
+    decode_keys = shape.decode_keys(window)
+    flops += decode_keys * coeffs.decode_flops_per_pair * shape.decode_query_tokens
     keys += decode_keys
     for n, c in shape.prefill_chunks:
         flops += causal_pairs(n, c, window) * coeffs.flops_per_pair

@@ -42,7 +42,9 @@ from servefit.core.roofline import (
     peak_flops_per_s,
 )
 from servefit.core.serving import LoadResult, ServingLimits, simulate
-from servefit.core.step_timer import compile_step_timer
+from servefit.core.speculative import Speculation
+from servefit.core.speculative_timing import step_timer
+from servefit.core.step_timer import make_timer as make_timer
 from servefit.core.turn_reuse import history_block_tokens
 from servefit.core.workload import Slo, Workload
 from servefit.core.workload import fixed_workload as fixed_workload
@@ -178,15 +180,6 @@ def prefill_time_s(
     return seconds
 
 
-@lru_cache(maxsize=16)
-def make_timer(m: ModelCoeffs, gpu: GpuSpec, profile: EfficiencyProfile):
-    """The step timer of one model layout on one device, shared by every simulation of it
-    (a plan's load and its curve points, a search's bisection): a step shape seen before is
-    not timed again (about half of a plan's steps repeat across its curve). The times are
-    ``step_time``'s, bit for bit, computed without building the rows (:mod:`.step_timer`)."""
-    return lru_cache(maxsize=8192)(compile_step_timer(m, gpu, profile))
-
-
 def serving_limits(plan: CapacityPlan) -> ServingLimits:
     r = plan.settings
     block = plan.layout.min_block_size if plan.layout.groups else 16
@@ -237,11 +230,12 @@ def simulate_load(
     profile: EfficiencyProfile,
     workload: Workload,
     slo: Slo | None = None,
+    speculation: Speculation | None = None,
 ) -> LoadResult:
     return simulate(
         workload,
         serving_limits(plan),
-        make_timer(m, plan.gpu, profile),
+        step_timer(m, plan.gpu, profile, speculation, plan.settings.kv_cache_dtype),
         blocks_counter(plan),
         request_overhead_s=profile.request_overhead_s,
         slo=slo,
@@ -256,8 +250,10 @@ def plan_performance(
     slo: Slo | None = None,
     curve_max_concurrency: int | None = None,
     ep: int = 1,
+    speculation: Speculation | None = None,
 ) -> PerformancePlan:
-    """Predict TTFT, TPOT, decode rate and throughput of ``workload`` on ``plan``."""
+    """Predict TTFT, TPOT, decode rate and throughput of ``workload`` on ``plan``
+    (``speculation``: the deployment drafts and verifies, :func:`speculative_timer`)."""
     if not plan.starts:
         raise InvalidArgumentError(
             f"{plan.model.name} does not start on {plan.gpu.name} with these settings; "
@@ -295,6 +291,9 @@ def plan_performance(
         )
     mid_context = in_len + out_len // 2
     decode = _phase(m, decode_step(1, mid_context), gpu, profile)
+    timer = step_timer(m, gpu, profile, speculation, r.kv_cache_dtype)
+    if speculation is not None:  # one token's share of a speculative step at batch 1
+        decode = replace(decode, time_s=timer(decode_step(1, mid_context)).time_s)
     # the bound of its first chunk, the time of the whole (chunked) prompt
     prefill = replace(
         _phase(m, prefill_step(min(in_len, chunk)), gpu, profile), time_s=prefill_cold
@@ -312,19 +311,17 @@ def plan_performance(
             output_tokens=out_len,
             reuse_block_tokens=serving_limits(plan).block_size if r.enable_prefix_caching else 0,
             prefill_s=lambda new, cached: prefill_time_s(m, gpu, profile, new, cached, chunk),
-            decode_s=lambda n, context: (
-                n * make_timer(m, gpu, profile)(decode_step(1, context + n // 2)).time_s
-            ),
+            decode_s=lambda n, context: n * timer(decode_step(1, context + n // 2)).time_s,
             is_hybrid=spec.is_hybrid,
             has_hybrid_prefix_caching=plan.behaviour.has_hybrid_prefix_caching,
             request_overhead_s=profile.request_overhead_s,
         )
-    load = simulate_load(plan, m, profile, workload, slo)
+    load = simulate_load(plan, m, profile, workload, slo, speculation)
     top = curve_max_concurrency or _default_curve_top(plan, workload)
     curve = tuple(
         load
         if workload.is_closed_loop and c == workload.concurrency
-        else simulate_load(plan, m, profile, _at_concurrency(workload, c), slo)
+        else simulate_load(plan, m, profile, _at_concurrency(workload, c), slo, speculation)
         for c in curve_concurrencies(top)
     )
     asked = sorted(
@@ -338,6 +335,7 @@ def plan_performance(
         "continuous batching with chunked prefill as vLLM V1 schedules it "
         f"(max_num_batched_tokens {chunk}, max_num_seqs {r.max_num_seqs})",
         admission_rule(plan.engine).describe,
+        *((speculation.describe(),) if speculation is not None else ()),
         *(
             ("pipeline stages run one after another for a batch (no micro-batch overlap)",)
             if m.pp > 1

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from servefit.core import engine
+from servefit.core import drafter, engine
 from servefit.core.hardware import GpuSpec
 from servefit.core.kv_cache import (
     KERNEL_BLOCK_SIZE,
@@ -242,9 +242,11 @@ def plan_capacity(
         capability=gpu.compute_capability_tuple,
         has_triton_kernels=behaviour.ships_triton_kernels,
     )
-    stages = pipeline_layer_split(spec.num_layers, pp)
+    stages = list(pipeline_layer_split(spec.num_layers, pp))
     cache = _cache_settings(spec, gpu, r, behaviour, mamba_ssm_dtype, kernel_block_size)
-
+    extra = drafter.plan_effect(spec, r, settings.draft, behaviour, gpu, cache, has_state(spec))
+    cache, cache_spec = extra.cache, extra.cache_spec  # the drafter's layers on the last stage
+    stages[-1] = range(stages[-1].start, cache_spec.num_layers)
     per_stage = []
     for index, layers in enumerate(stages):
         memory = _stage_memory(
@@ -252,12 +254,12 @@ def plan_capacity(
             gpu,
             r,
             behaviour,
-            layers,
-            weights.per_stage_bytes[index],
+            range(layers.start, min(layers.stop, spec.num_layers)),
+            weights.per_stage_bytes[index] + (extra.weight_bytes if index == pp - 1 else 0.0),
             index == pp - 1,
             settings.kv_cache_memory_bytes,
         )
-        layout = stage_layout(spec, layers, cache)
+        layout = stage_layout(cache_spec, layers, cache)
         per_stage.append((num_blocks(layout, memory.kv_cache_bytes), index, memory, layout))
     # every worker allocates the same number of blocks: the smallest wins
     blocks, _, memory, layout = min(per_stage, key=lambda item: (item[0], item[1]))
@@ -286,7 +288,7 @@ def plan_capacity(
         largest_fitting_len(layout, per_request_blocks, mnbt, upper) if layout.groups else 0
     )
 
-    kv_per_token, state_per_seq = _per_gpu_sizes(spec, cache, pp)
+    kv_per_token, state_per_seq = _per_gpu_sizes(cache_spec, cache, pp)
     seq_bytes = sum(
         g.num_layers * g.spec.bytes_per_request(r.context_tokens, mnbt) for g in layout.groups
     )
@@ -315,6 +317,7 @@ def plan_capacity(
 
     assumptions = (
         *behaviour.notes,
+        *extra.notes,
         *_model_assumptions(spec, tp, cache.mamba_ssm_dtype),
         *(
             f"weights as {k.kernel} lays them out on compute capability "
@@ -331,7 +334,7 @@ def plan_capacity(
         settings=r,
         behaviour=behaviour,
         memory=memory,
-        weights_total_bytes=weights.all_gpus_bytes(tp * pp),
+        weights_total_bytes=weights.all_gpus_bytes(tp * pp) + extra.weight_bytes * tp,
         layout=layout,
         num_blocks=blocks,
         kv_cache_tokens=tokens,

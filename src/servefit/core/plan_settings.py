@@ -17,6 +17,7 @@ from servefit.core.kv_cache import KvLayout
 from servefit.core.memory import MemoryBreakdown
 from servefit.core.model_spec import MixerKind, ModelSpec
 from servefit.core.quant import QuantSpec, fp8_per_tensor
+from servefit.core.speculative import DraftNetwork, SpeculativeConfig
 from servefit.core.weights import ParamCounts
 from servefit.errors import InvalidArgumentError
 from servefit.units import dtype_bytes
@@ -81,6 +82,9 @@ class ServeSettings:
     vllm_version: str = engine.DEFAULT_VLLM_VERSION
     concurrency: int | None = None  # the user's target: concurrent requests
     context_tokens: int | None = None  # the user's target: tokens per request
+    # --speculative-config, and the draft checkpoint it names (loaded by app/resolve)
+    speculative: SpeculativeConfig | None = None
+    draft: DraftNetwork | None = None
 
     def __post_init__(self) -> None:
         checks = {
@@ -145,6 +149,7 @@ class ResolvedSettings:
     vllm_version: str
     concurrency: int
     context_tokens: int
+    speculative: SpeculativeConfig | None = None
 
     @property
     def num_gpus(self) -> int:
@@ -282,6 +287,7 @@ def resolve_settings(
         vllm_version=behaviour.version,
         concurrency=s.concurrency or 1,
         context_tokens=s.context_tokens or max_model_len,
+        speculative=s.speculative,
     )
     return resolved, behaviour
 

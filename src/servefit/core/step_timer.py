@@ -17,6 +17,7 @@ nothing, when both branches add 0.0.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 
 from servefit.core.hardware import GpuSpec
 from servefit.core.op_coeffs import LayerCoeffs, ModelCoeffs
@@ -117,8 +118,9 @@ def compile_step_timer(
     def timer(shape: StepShape) -> StepTime:
         chunks = shape.prefill_chunks
         num_decodes = len(shape.decode_contexts)
+        queries = shape.decode_query_tokens
         # shape.num_tokens and num_seqs (integers), without the properties' generator
-        tokens = num_decodes
+        tokens = num_decodes * queries
         for n, _ in chunks:
             tokens += n
         seqs = num_decodes + len(chunks)
@@ -162,7 +164,7 @@ def compile_step_timer(
                     decode_keys = shape.decode_keys(a.window)
                     flops = 0.0
                     keys = 0.0
-                    flops += decode_keys * a.decode_flops_per_pair
+                    flops += decode_keys * a.decode_flops_per_pair * queries
                     keys += decode_keys
                     for pairs, read in per_window[a.window]:
                         flops += pairs * a.flops_per_pair
@@ -244,3 +246,12 @@ def compile_step_timer(
         )
 
     return timer
+
+
+@lru_cache(maxsize=16)
+def make_timer(m: ModelCoeffs, gpu: GpuSpec, profile: EfficiencyProfile):
+    """The step timer of one model layout on one device, shared by every simulation of it
+    (a plan's load and its curve points, a search's bisection): a step shape seen before is
+    not timed again (about half of a plan's steps repeat across its curve). The times are
+    ``step_time``'s, bit for bit, computed without building the rows (:mod:`.step_timer`)."""
+    return lru_cache(maxsize=8192)(compile_step_timer(m, gpu, profile))

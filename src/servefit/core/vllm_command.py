@@ -57,6 +57,8 @@ def vllm_serve_args(
         args += ["--enable-prefix-caching" if on else "--no-enable-prefix-caching"]
     if r.enforce_eager:
         args += ["--enforce-eager"]
+    if asked.speculative is not None:  # as the user wrote it (vLLM parses the JSON)
+        args += ["--speculative-config", asked.speculative.given_json]
     return [*args, *extra_args]
 
 

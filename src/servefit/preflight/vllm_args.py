@@ -63,6 +63,7 @@ SETTING_FIELDS = (
     "quantization",
     "enable_prefix_caching",
     "enforce_eager",
+    "speculative_config",
 )
 _BOOL_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "0", "1"})
 
@@ -156,6 +157,8 @@ _VALUE_FLAGS: dict[str, tuple[str, Callable[..., Any]]] = {
     "--dtype": ("dtype", _str),
     "--quantization": ("quantization", _optional(_str)),
     "-q": ("quantization", _optional(_str)),
+    "--speculative-config": ("speculative_config", _optional(_str)),
+    "-sc": ("speculative_config", _optional(_str)),
 }
 _SWITCHES: dict[str, tuple[str, bool]] = {
     "--enforce-eager": ("enforce_eager", True),
@@ -280,6 +283,10 @@ def command_from_values(model: str, raw: dict[str, Any]) -> VllmCommand:
     them (None = the default, -1 for ``--max-model-len`` = fit to memory); both readers end
     here, so they represent a line the same way."""
     settings = {k: v for k, v in raw.items() if k in SETTING_FIELDS and v is not None}
+    if "speculative_config" in settings:  # vLLM's JSON (a dict from its own parser)
+        from servefit.adapters.speculative_config import read_speculative_config
+
+        settings["speculative"] = read_speculative_config(settings.pop("speculative_config"))
     is_auto = settings.get("max_model_len") == -1
     if is_auto:
         del settings["max_model_len"]

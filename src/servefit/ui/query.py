@@ -83,6 +83,29 @@ def _text(field: str, text: str) -> str:
     return value
 
 
+def _speculative(field: str, text: str) -> str:
+    """vLLM's --speculative-config JSON, checked now (the page keeps the text); a draft
+    ``model`` must be a Hub id: the page reads no file path."""
+    from servefit.adapters.speculative_config import read_speculative_config
+
+    if len(text) > 1000:
+        raise FieldError(field, "takes at most 1,000 characters")
+    try:
+        sc = read_speculative_config(text)
+    except InvalidArgumentError as error:
+        raise FieldError(field, str(error)) from None
+    if sc.model is not None:
+        check_model_name(sc.model, field)
+    return text.strip()
+
+
+def _acceptance(field: str, text: str) -> float:
+    value = _float(field, text)
+    if value >= 1:
+        raise FieldError(field, f"is a share of drafted tokens kept, below 1; got {text!r}")
+    return value
+
+
 # query key -> parser; the keys are the CLI's flags without the leading dashes
 FIELDS: dict[str, Callable[[str, str], Any]] = {
     "model": _text,
@@ -101,6 +124,8 @@ FIELDS: dict[str, Callable[[str, str], Any]] = {
     "enforce-eager": _bool,
     "dtype": _choice(DTYPES),
     "quantization": _choice(("fp8",)),
+    "speculative-config": _speculative,
+    "acceptance-rate": _acceptance,
     "engine": _choice(ENGINES),
     "input-len": _human_int,
     "output-len": _human_int,
@@ -203,6 +228,7 @@ def deployment_for(q: PageQuery, model: str | None = None) -> Any:
         enforce_eager=g("enforce-eager", False),
         dtype=g("dtype", "auto"),
         quantization=g("quantization"),
+        speculative=_read_speculative(g("speculative-config")),
     )
     workload = default_workload(
         input_len=g("input-len", 1024),
@@ -233,7 +259,16 @@ def deployment_for(q: PageQuery, model: str | None = None) -> Any:
         slo=slo,
         engine=g("engine"),
         allow_hub=not g("offline", False),
+        acceptance_rate=g("acceptance-rate"),
     )
+
+
+def _read_speculative(text: str | None) -> Any:
+    if text is None:
+        return None
+    from servefit.adapters.speculative_config import read_speculative_config
+
+    return read_speculative_config(text)
 
 
 def cli_args(q: PageQuery) -> list[str]:

@@ -7,7 +7,8 @@
 const FIELDS = [
   "model", "gpu", "gpu-memory-gib", "gpu-bandwidth-gbps", "tensor-parallel-size",
   "pipeline-parallel-size", "max-model-len", "max-num-seqs", "max-num-batched-tokens",
-  "gpu-memory-utilization", "kv-cache-dtype", "dtype", "quantization", "enable-prefix-caching",
+  "gpu-memory-utilization", "kv-cache-dtype", "dtype", "quantization", "speculative-config",
+  "acceptance-rate", "enable-prefix-caching",
   "enforce-eager", "input-len", "output-len", "concurrency", "request-rate", "prefix-len", "turns",
   "context", "target-concurrency", "slo-ttft-ms", "slo-tpot-ms", "usd-per-gpu-hour", "offline",
 ];

@@ -1,0 +1,105 @@
+"""The step timer under speculative decoding (:mod:`servefit.core.speculative` holds the
+rules; docs/speculative.md a worked example)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+
+from servefit.core.hardware import GpuSpec
+from servefit.core.op_coeffs import ModelCoeffs, model_coeffs
+from servefit.core.op_cost import StepShape
+from servefit.core.roofline import EfficiencyProfile, StepTime
+from servefit.core.speculative import Speculation
+from servefit.core.step_timer import make_timer
+
+
+@lru_cache(maxsize=16)
+def speculative_timer(
+    m: ModelCoeffs,
+    gpu: GpuSpec,
+    profile: EfficiencyProfile,
+    speculation: Speculation,
+    kv_cache_dtype: str = "auto",
+):
+    """The step timer under speculative decoding, in steps of one token per decoding
+    request (the simulation's unit).
+
+    A real step verifies ``k + 1`` tokens per decoding request in one pass of the target
+    (``StepShape.decode_query_tokens``: every position sampled) after ``k``
+    draft passes over the decoding requests (the drafter also reads the step's prompt
+    chunks once), and yields ``E`` tokens per request on average
+    (:meth:`Acceptance.expected_tokens_per_step`). Its decode share is spread over those
+    ``E`` tokens: a step of the simulation takes ``prefill + (real - prefill) / E``, where
+    ``prefill`` is the step's prompt chunks timed alone (0 for a decode-only step)."""
+    base = make_timer(m, gpu, profile)
+    k = speculation.k
+    expected = speculation.expected_tokens_per_step
+    draft = None
+    if speculation.draft is not None:
+        draft = make_timer(
+            model_coeffs(speculation.draft, tp=m.tp, pp=1, kv_cache_dtype=kv_cache_dtype),
+            gpu,
+            profile,
+        )
+
+    def timer(shape: StepShape) -> StepTime:
+        decodes = shape.decode_contexts
+        if not decodes:
+            st = base(shape)
+            if draft is None or not shape.prefill_chunks:
+                return st
+            return _sum_steps(st, draft(shape), 1.0)
+        chunks = shape.prefill_chunks
+        verify = replace(shape, decode_query_tokens=k + 1)
+        real = base(verify)
+        if draft is not None:
+            real = _sum_steps(real, draft(StepShape(decode_contexts=decodes)), float(k))
+            if chunks:
+                real = _sum_steps(real, draft(StepShape(prefill_chunks=chunks)), 1.0)
+        share = 0.0  # of the real step, the prompt chunks' part
+        if chunks:
+            # split as the simulation splits a mixed step: by the parts' stand-alone times
+            alone = StepShape(
+                prefill_chunks=chunks, num_finishing_prefills=shape.num_finishing_prefills
+            )
+            verify_alone = StepShape(decode_contexts=decodes, decode_query_tokens=k + 1)
+            part_p = base(alone).time_s
+            part_d = base(verify_alone).time_s
+            if draft is not None:
+                part_p += draft(alone).time_s
+                part_d += k * draft(StepShape(decode_contexts=decodes)).time_s
+            share = part_p / (part_p + part_d) if part_p + part_d > 0 else 0.0
+        scale = share + (1.0 - share) / expected
+        return StepTime(
+            time_s=real.time_s * scale,
+            compute_s=real.compute_s * scale,
+            memory_s=real.memory_s * scale,
+            comm_s=real.comm_s * scale,
+            overhead_s=real.overhead_s * scale,
+        )
+
+    return lru_cache(maxsize=8192)(timer)
+
+
+def _sum_steps(a: StepTime, b: StepTime, times: float) -> StepTime:
+    return StepTime(
+        time_s=a.time_s + times * b.time_s,
+        compute_s=a.compute_s + times * b.compute_s,
+        memory_s=a.memory_s + times * b.memory_s,
+        comm_s=a.comm_s + times * b.comm_s,
+        overhead_s=a.overhead_s + times * b.overhead_s,
+    )
+
+
+def step_timer(
+    m: ModelCoeffs,
+    gpu: GpuSpec,
+    profile: EfficiencyProfile,
+    speculation: Speculation | None,
+    kv_cache_dtype: str = "auto",
+):
+    """The timer a plan's simulations use: speculative when the deployment speculates."""
+    if speculation is None:
+        return make_timer(m, gpu, profile)
+    return speculative_timer(m, gpu, profile, speculation, kv_cache_dtype)

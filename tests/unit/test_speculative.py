@@ -1,0 +1,340 @@
+"""Speculative decoding: ``--speculative-config`` read as vLLM reads it, what the drafter adds
+to memory (weights, KV layers, state), and the step time it buys. Hand calculations are
+written out; the start-up logs that hold the capacity rules to the token are in
+benchmarks/fidelity/startup_logs.json (GB10, MTP k=2 and its baseline)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from servefit.adapters.speculative_config import read_speculative_config
+from servefit.bench import server_metrics
+from servefit.core import drafter
+from servefit.core.kv_pages import state_bytes
+from servefit.core.model_spec import LinearAttentionSpec
+from servefit.core.ops import StepShape, decode_step, model_coeffs
+from servefit.core.perf import make_timer
+from servefit.core.plan import ServeSettings, plan_capacity
+from servefit.core.speculative import Acceptance, SpecMethod, Speculation
+from servefit.core.speculative_timing import speculative_timer
+from servefit.core.vllm_command import vllm_serve_args
+from servefit.errors import InvalidArgumentError
+from servefit.preflight.vllm_args import parse_vllm_command
+from servefit.units import GIB_BYTES
+
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
+# An EAGLE-3 head of Llama-3.1-8B as such heads are built (EAGLE-3 paper, vLLM's
+# LlamaForCausalLMEagle3): one decoder layer of the target's widths, its own 32,000-row
+# vocabulary; written here for the hand calculations below, not a published file
+EAGLE3_LLAMA_8B_CONFIG = {
+    "architectures": ["LlamaForCausalLMEagle3"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 1,
+    "vocab_size": 128256,
+    "draft_vocab_size": 32000,
+    "max_position_embeddings": 2048,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 500000.0,
+    "torch_dtype": "float16",
+    "tie_word_embeddings": False,
+}
+
+
+def spec(text: str, version: str | None = "0.33"):
+    return read_speculative_config(text, version)
+
+
+# --- the flag ------------------------------------------------------------------------------
+
+
+def test_the_method_is_read_as_vllm_reads_it():
+    assert spec('{"model": "ngram", "num_speculative_tokens": 3}').method is SpecMethod.NGRAM
+    assert spec('{"model": "org/draft", "num_speculative_tokens": 3}').method is (
+        SpecMethod.DRAFT_MODEL
+    )
+    # a model-specific MTP name is "mtp" (vLLM 0.12+ warns it is deprecated)
+    assert spec('{"method": "deepseek_mtp", "num_speculative_tokens": 1}').method is SpecMethod.MTP
+    assert spec('{"method": "qwen3_5_mtp", "num_speculative_tokens": 2}').method is SpecMethod.MTP
+
+
+def test_ngram_takes_vllm_default_window():
+    sc = spec('{"method": "ngram", "num_speculative_tokens": 3}')
+    assert (sc.prompt_lookup_min, sc.prompt_lookup_max) == (5, 5)  # vLLM's "arbitrary" 5/5
+    sc = spec('{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}')
+    assert (sc.prompt_lookup_min, sc.prompt_lookup_max) == (4, 4)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('{"method": "ngram"}', "num_speculative_tokens is required"),
+        ('{"method": "ngram", "num_speculative_tokens": 0}', "positive integer"),
+        ('{"method": "ngram", "num_speculative_tokens": 3, "k": 2}', "'k' is not a field"),
+        ('{"method": "eagle3", "num_speculative_tokens": 3}', "needs 'model'"),
+        ('{"method": "medusa", "model": "m", "num_speculative_tokens": 3}', "not planned"),
+        ('{"method": "lookahead", "num_speculative_tokens": 3}', "unknown method"),
+        (
+            '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 6, '
+            '"prompt_lookup_max": 4}',
+            "must be <=",
+        ),
+        ('{"method": "ngram", num_speculative_tokens: 3}', "is not JSON"),
+        ("[1, 2]", "JSON object"),
+    ],
+)
+def test_a_config_vllm_refuses_is_refused_naming_what_to_fix(text, words):
+    with pytest.raises(InvalidArgumentError, match=words):
+        spec(text)
+
+
+@pytest.mark.parametrize(
+    ("method", "refused_in", "taken_in"),
+    # read in the wheels: eagle3 arrives in 0.9.2, suffix in 0.12.0, a draft model in V1 in
+    # 0.16.0 (0.14.0's arg_utils raises "Draft model speculative decoding is not supported")
+    [("eagle3", "0.8", "0.9"), ("suffix", "0.11", "0.12"), ("draft_model", "0.14", "0.16")],
+)
+def test_a_method_is_refused_before_the_release_that_has_it(method, refused_in, taken_in):
+    text = json.dumps({"method": method, "model": "org/head", "num_speculative_tokens": 2})
+    with pytest.raises(InvalidArgumentError, match=f"arrives in {taken_in}"):
+        spec(text, refused_in)
+    assert spec(text, taken_in).method.value == method
+
+
+def test_the_command_line_carries_the_flag_both_ways():
+    given = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4}'
+    for args in (
+        ["--speculative-config", given],
+        ["-sc", given],
+        [f"--speculative_config={given}"],
+    ):
+        read = parse_vllm_command(["vllm", "serve", "m", *args]).settings["speculative"]
+        assert read.k == 3 and read.prompt_lookup_max == 4
+
+
+# --- acceptance ----------------------------------------------------------------------------
+
+
+def test_expected_tokens_per_step_for_a_constant_rate():
+    a, k = 0.7, 3
+    acceptance = Acceptance.constant(a, k, source="test")
+    # (1 - a^(k+1)) / (1 - a) = (1 - 0.2401) / 0.3 = 2.533
+    assert acceptance.expected_tokens_per_step(k) == pytest.approx((1 - a**4) / (1 - a))
+    assert acceptance.expected_tokens_per_step(k) == pytest.approx(2.533, abs=1e-3)
+    # vLLM's acceptance rate: accepted / drafted = (0.7 + 0.49 + 0.343) / 3
+    assert acceptance.acceptance_rate(k) == pytest.approx(1.533 / 3, abs=1e-3)
+
+
+def test_a_mean_acceptance_length_gives_back_its_rate():
+    acceptance = Acceptance.from_mean_length(3.08, 4, source="test")
+    assert acceptance.expected_tokens_per_step(4) == pytest.approx(3.08, rel=1e-9)
+
+
+def test_more_positions_than_measured_keep_the_last_ratio():
+    measured = Acceptance(per_position=(0.8, 0.6), source="run")
+    assert measured.at(4) == pytest.approx((0.8, 0.6, 0.45, 0.3375))
+
+
+# --- capacity ------------------------------------------------------------------------------
+
+
+def _eagle3(catalog_model):
+    from servefit.core.hf_config import spec_from_hf_config
+    from servefit.core.speculative import DraftNetwork
+
+    head = spec_from_hf_config(EAGLE3_LLAMA_8B_CONFIG, name="eagle3-head")
+    return DraftNetwork(spec=head, draft_vocab_size=EAGLE3_LLAMA_8B_CONFIG["draft_vocab_size"])
+
+
+def test_an_eagle_head_adds_one_kv_layer(catalog_model, gpu):
+    target = catalog_model(LLAMA).spec
+    memory = 20 * GIB_BYTES
+    sc = spec('{"method": "eagle3", "model": "head", "num_speculative_tokens": 3}')
+    base = plan_capacity(target, gpu("H100-SXM"), ServeSettings(kv_cache_memory_bytes=memory))
+    with_head = plan_capacity(
+        target,
+        gpu("H100-SXM"),
+        ServeSettings(kv_cache_memory_bytes=memory, speculative=sc, draft=_eagle3(catalog_model)),
+    )
+    # a page of one layer: 2 x 16 tokens x 8 KV heads x 128 x 2 bytes = 65,536; 32 layers
+    # share a block id without the head, 33 with it
+    assert base.kv_cache_tokens == memory // 65_536 // 32 * 16 == 163_840
+    assert with_head.kv_cache_tokens == memory // 65_536 // 33 * 16 == 158_864
+
+
+def test_an_eagle3_head_weighs_its_layer_fc_and_own_head(catalog_model, gpu):
+    target = catalog_model(LLAMA).spec
+    draft = _eagle3(catalog_model)
+    sc = spec('{"method": "eagle3", "model": "head", "num_speculative_tokens": 3}')
+    got = drafter.weight_bytes_per_gpu(
+        target, sc, draft, tp=1, capability=(9, 0), has_triton_kernels=True
+    )
+    h, kv, mlp = 4096, 1024, 14336
+    layer = 2 * h * h + 2 * h * kv + 3 * h * mlp + 2 * h  # q, o; k, v; gate, up, down; norms
+    final_norm = h
+    fc = 3 * h * h  # three hidden states in, one out
+    wide_qkv = h * (h + 2 * kv)  # the first layer's q/k/v read [embedding, hidden]
+    own_head = 32_000 * h  # draft_vocab_size rows; the embedding is the target's
+    rope_table = draft.spec.rope_cache_positions * sum(draft.spec.rope_cache_dims) * 2
+    assert got == (layer + final_norm + fc + wide_qkv + own_head) * 2 + rope_table  # float16
+
+
+def test_ngram_adds_nothing_to_memory(catalog_model, gpu):
+    target = catalog_model(LLAMA).spec
+    settings = ServeSettings(max_model_len=8192)
+    sc = spec('{"method": "ngram", "num_speculative_tokens": 4}')
+    base = plan_capacity(target, gpu("H100-SXM"), settings)
+    ngram = plan_capacity(
+        target, gpu("H100-SXM"), ServeSettings(max_model_len=8192, speculative=sc)
+    )
+    assert ngram.kv_cache_tokens == base.kv_cache_tokens
+    assert ngram.memory.weights_bytes == base.memory.weights_bytes
+    assert any("on the CPU" in a for a in ngram.assumptions)
+
+
+def test_mtp_loads_the_checkpoints_mtp_layer(catalog_model, gpu):
+    """The GB10 logs of nvidia/Qwen3.6-27B-NVFP4 print 'Model loading took 19.78 GiB'
+    without MTP and 20.57 GiB with it (the MTP layer stays bf16 in that export): 0.79 GiB."""
+    target = catalog_model("Qwen/Qwen3.6-27B").spec
+    sc = spec('{"method": "mtp", "num_speculative_tokens": 2}')
+    got = drafter.weight_bytes_per_gpu(
+        target, sc, None, tp=1, capability=(12, 1), has_triton_kernels=True
+    )
+    assert got / GIB_BYTES == pytest.approx(20.57 - 19.78, abs=0.01)
+
+
+def test_a_state_layer_holds_the_speculative_tokens_conv_steps(catalog_model):
+    """Qwen3.6-27B's Gated DeltaNet: conv_dim = 2 x 16 key heads x 128 + 48 value heads x 128
+    = 10,240; k speculative tokens add k conv steps of it (vLLM 0.32 mamba_utils.py)."""
+    layer = next(
+        m
+        for layer in catalog_model("Qwen/Qwen3.6-27B").spec.layers
+        for m in layer.mixers
+        if isinstance(m, LinearAttentionSpec)
+    )
+    without = state_bytes(layer, 1, 2, 4)
+    assert state_bytes(layer, 1, 2, 4, num_spec=2) - without == 2 * 10_240 * 2
+
+
+@pytest.mark.parametrize(
+    ("model", "text", "words", "settings"),
+    [
+        (LLAMA, '{"method": "mtp", "num_speculative_tokens": 1}', "has none", {}),
+        (LLAMA, '{"method": "ngram", "num_speculative_tokens": 2}', "pipeline", {"pp": 2}),
+        (
+            LLAMA,
+            '{"method": "ngram", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 3}',
+            "neither 1 nor",
+            {"tp": 2},
+        ),
+    ],
+)
+def test_a_drafter_servefit_cannot_place_is_refused(
+    catalog_model, gpu, model, text, words, settings
+):
+    s = ServeSettings(
+        tensor_parallel_size=settings.get("tp", 1),
+        pipeline_parallel_size=settings.get("pp", 1),
+        max_model_len=8192,
+        speculative=spec(text),
+    )
+    with pytest.raises(InvalidArgumentError, match=words):
+        plan_capacity(catalog_model(model).spec, gpu("H100-SXM"), s)
+
+
+def test_the_launch_command_carries_the_config(catalog_model, gpu):
+    sc = spec('{"method":"ngram","num_speculative_tokens":3}')
+    s = ServeSettings(max_model_len=8192, speculative=sc)
+    plan = plan_capacity(catalog_model(LLAMA).spec, gpu("H100-SXM"), s)
+    args = vllm_serve_args(LLAMA, plan, s)
+    assert (
+        args[args.index("--speculative-config") + 1]
+        == '{"method":"ngram","num_speculative_tokens":3}'
+    )
+
+
+# --- speed ---------------------------------------------------------------------------------
+
+
+def _timers(catalog_model, gpu, rate: float, k: int):
+    from servefit.adapters.catalog import efficiency_table
+
+    device = gpu("H100-SXM")
+    profile = efficiency_table().for_gpu(device, "vllm")
+    target = catalog_model(LLAMA).spec
+    sc = spec(json.dumps({"method": "eagle3", "model": "head", "num_speculative_tokens": k}))
+    head = _eagle3(catalog_model)
+    speculation = Speculation(
+        config=sc,
+        acceptance=Acceptance.constant(rate, k, source="test"),
+        draft=drafter.timing_spec(target, sc, head),
+    )
+    m = model_coeffs(target)
+    base = make_timer(m, device, profile)
+    draft_timer = make_timer(model_coeffs(speculation.draft), device, profile)
+    return base, draft_timer, speculative_timer(m, device, profile, speculation), speculation
+
+
+def test_a_decode_step_is_the_verification_and_the_drafts_over_the_tokens_kept(catalog_model, gpu):
+    base, draft, timer, speculation = _timers(catalog_model, gpu, 0.7, 3)
+    contexts = (1000, 2000)
+    verify = base(StepShape(decode_contexts=contexts, decode_query_tokens=4)).time_s
+    drafts = 3 * draft(StepShape(decode_contexts=contexts)).time_s
+    expected = (verify + drafts) / speculation.expected_tokens_per_step
+    assert timer(StepShape(decode_contexts=contexts)).time_s == pytest.approx(expected)
+
+
+def test_speculation_pays_at_batch_one_and_less_when_compute_bound(catalog_model, gpu):
+    base, _, timer, _ = _timers(catalog_model, gpu, 0.7, 3)
+    speedup = {
+        batch: base(decode_step(batch, 2000)).time_s / timer(decode_step(batch, 2000)).time_s
+        for batch in (1, 512)
+    }
+    assert speedup[1] > 1.3  # memory-bound: verifying 4 tokens costs about what 1 does
+    assert speedup[512] < speedup[1]
+
+
+def test_drafts_nobody_accepts_only_cost(catalog_model, gpu):
+    base, _, timer, _ = _timers(catalog_model, gpu, 0.0, 3)
+    assert timer(decode_step(1, 2000)).time_s > base(decode_step(1, 2000)).time_s
+
+
+# --- bench ---------------------------------------------------------------------------------
+
+
+def test_bench_reads_vllms_spec_decode_counters():
+    """The counters a vLLM 0.32 CPU server printed after one ngram request (k=3)."""
+    before = "\n".join(
+        [
+            'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 0.0',
+            'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 0.0',
+            'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 0.0',
+        ]
+    )
+    after_lines = [
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 6.0',
+        'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 13.0',
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 9.0',
+    ] + [
+        f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",'
+        f'position="{i}"}} {n}'
+        for i, n in enumerate((6.0, 2.0, 1.0))
+    ]
+    after = "\n".join(after_lines)
+
+    def counters(text):
+        parsed = list(server_metrics.samples(text + "\n"))
+        return server_metrics.normalise(server_metrics.sums(parsed)) | server_metrics.per_position(
+            parsed
+        )
+
+    out = server_metrics.deltas(counters(before), counters(after))
+    assert out["spec_decode_acceptance_rate"] == pytest.approx(9 / 13)
+    assert out["spec_decode_mean_acceptance_length"] == pytest.approx(1 + 9 / 6)
+    assert out["spec_decode_acceptance_pos_0"] == pytest.approx(1.0)
+    assert out["spec_decode_acceptance_pos_2"] == pytest.approx(1 / 6)
