@@ -93,6 +93,34 @@ def test_bench_acceptance_is_the_servers_own(ngram_server, tmp_path):
         assert m.get(f"spec_decode_acceptance_pos_{position}", 0.0) == pytest.approx(share)
     saved = json.loads((tmp_path / "summary.json").read_text())
     assert saved["server_metrics"]["spec_decode_drafts"] == delta["drafts"]
+    # the run's acceptance, planned with: the plan states it and times its steps with it
+    planned = CliRunner().invoke(
+        cli,
+        [
+            "plan",
+            str(ngram_server.model_dir),
+            "--gpu",
+            "cpu",
+            "--max-model-len",
+            "4096",
+            "--speculative-config",
+            json.dumps(NGRAM),
+            "--acceptance-from",
+            str(tmp_path),
+            "--concurrency",
+            "1",
+            "--input-len",
+            "64",
+            "--output-len",
+            "48",
+            "--json",
+        ],
+    )
+    assert planned.exit_code in (0, 1), planned.output
+    performance = json.loads(planned.output)["performance"]
+    kept = 1 + sum(delta.get(f"pos_{i}", 0.0) for i in range(3)) / delta["drafts"]
+    assert performance["speculation"]["expected_tokens_per_step"] == pytest.approx(kept)
+    assert any("measured by the bench run" in a for a in performance["assumptions"])
     console = Console(record=True, width=200)
     render_bench(result, console)
     assert f"speculative decoding: {delta['drafts']:,.0f} drafts" in console.export_text()

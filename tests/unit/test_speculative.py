@@ -338,3 +338,29 @@ def test_bench_reads_vllms_spec_decode_counters():
     assert out["spec_decode_mean_acceptance_length"] == pytest.approx(1 + 9 / 6)
     assert out["spec_decode_acceptance_pos_0"] == pytest.approx(1.0)
     assert out["spec_decode_acceptance_pos_2"] == pytest.approx(1 / 6)
+
+
+def test_the_plan_says_what_speculation_buys_and_the_fastest_k(catalog_model, gpu):
+    from servefit.adapters.catalog import efficiency_table
+    from servefit.core.perf import plan_performance
+    from servefit.core.workload import fixed_workload
+
+    device = gpu("H100-SXM")
+    profile = efficiency_table().for_gpu(device, "vllm")
+    target = catalog_model(LLAMA).spec
+    sc = spec('{"method": "ngram", "num_speculative_tokens": 3}')
+    speculation = Speculation(
+        config=sc, acceptance=Acceptance.constant(0.6, 3, source="test"), draft=None
+    )
+    workload = fixed_workload(512, 128, concurrency=8)
+    settings = ServeSettings(max_model_len=8192, speculative=sc)
+    plan = plan_capacity(target, device, settings)
+    with_it = plan_performance(plan, workload, profile, speculation=speculation)
+    without = plan_performance(plan, workload, profile)
+    g = with_it.speculation
+    assert g is not None and without.speculation is None
+    assert g.tpot_batch1_without_s == without.tpot_batch1_s
+    assert g.tpot_without_s == without.tpot_s
+    assert dict(g.tpot_batch1_by_k_s)[3] == with_it.tpot_batch1_s
+    assert g.best_k_batch1 == min(g.tpot_batch1_by_k_s, key=lambda kv: kv[1])[0]
+    assert with_it.tpot_s < without.tpot_s  # memory-bound at 8: the drafts pay

@@ -3,12 +3,14 @@ read once per process: what a plan assumes when the user gives no ``--acceptance
 
 from __future__ import annotations
 
+import json
 import tomllib
 from functools import cache
+from pathlib import Path
 
 from servefit.adapters.catalog import DATA_DIR
 from servefit.core.speculative import Acceptance, SpecMethod
-from servefit.errors import ConfigError
+from servefit.errors import ConfigError, InvalidArgumentError
 
 FILE = DATA_DIR / "acceptance.toml"
 
@@ -45,3 +47,30 @@ def acceptance_for(method: SpecMethod, k: int, rate: float | None) -> Acceptance
         per_position=(0.0,),
         source=f"no published figure for {method.value}: planned at 0 (give --acceptance-rate)",
     )
+
+
+def acceptance_from_run(path: str) -> Acceptance:
+    """The per-position acceptance a ``servefit bench`` run measured (its folder or its
+    summary.json): vLLM's counters over the run, as bench saved them."""
+    where = Path(path).expanduser()
+    summary = where / "summary.json" if where.is_dir() else where
+    try:
+        doc = json.loads(summary.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InvalidArgumentError(
+            f"--acceptance-from {path}: not a bench run's folder or summary.json ({exc})"
+        ) from None
+    metrics = doc.get("server_metrics") if isinstance(doc, dict) else None
+    prefix = "spec_decode_acceptance_pos_"
+    found = {
+        int(k[len(prefix) :]): v
+        for k, v in (metrics or {}).items()
+        if k.startswith(prefix) and k[len(prefix) :].isdigit() and isinstance(v, int | float)
+    }
+    if not found:
+        raise InvalidArgumentError(
+            f"--acceptance-from {path}: the run holds no speculative-decoding counters (was the "
+            "server started with --speculative-config, and is it vLLM?)"
+        )
+    positions = tuple(float(found.get(i, 0.0)) for i in range(max(found) + 1))
+    return Acceptance(per_position=positions, source=f"measured by the bench run {summary}")

@@ -10,7 +10,7 @@ tokens per second, as named. The scaling, cost and compare documents that embed 
 from __future__ import annotations
 
 from dataclasses import field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from servefit.adapters.band_sections import ErrorBandsSection, bands_section
 from servefit.adapters.document import FrozenDoc
@@ -129,6 +129,8 @@ class PerformanceSection(FrozenDoc):
     # requests/s the queue grows by (0: the server keeps up; None: closed loop)
     queue_growth_per_s: float | None = None
     error_bands: ErrorBandsSection | None = None  # each figure's measured error
+    # what --speculative-config buys: the same plan timed without it, and the fastest k
+    speculation: dict[str, Any] | None = None
 
 
 def _stat(s: Stat) -> StatSection:
@@ -223,9 +225,27 @@ def performance_section(p: PerformancePlan) -> PerformanceSection:
         curve=[load_section(c) for c in p.curve],
         agent=agent,
         assumptions=list(p.assumptions),
+        speculation=_speculation(p),
         session_throughput_per_s=p.load.session_throughput_per_s,
         offered_rate_per_s=p.offered_rate_per_s,
         sustainable_rate_per_s=p.sustainable_rate_per_s,
         queue_growth_per_s=p.queue_growth_per_s,
         error_bands=bands_section(p.bands),
     )
+
+
+def _speculation(p: PerformancePlan) -> dict[str, Any] | None:
+    g = p.speculation
+    if g is None:
+        return None
+    return {
+        "num_speculative_tokens": g.k,
+        "expected_tokens_per_step": g.expected_tokens_per_step,
+        "tpot_batch1_without_s": g.tpot_batch1_without_s,
+        "tpot_without_s": g.tpot_without_s,
+        "output_throughput_without_tok_per_s": g.output_throughput_without_tok_per_s,
+        "tpot_batch1_by_k_s": {str(k): s for k, s in g.tpot_batch1_by_k_s},
+        "best_k_batch1": g.best_k_batch1,
+        "best_k_at_load": g.best_k_at_load,
+        "mean_batch": g.mean_batch,
+    }

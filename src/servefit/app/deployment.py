@@ -80,6 +80,7 @@ class Deployment:
     # --acceptance-rate: the share of drafted tokens kept under --speculative-config (None:
     # the method's published figure, data/acceptance.toml)
     acceptance_rate: float | None = None
+    acceptance_from: str | None = None  # --acceptance-from: a bench run that measured it
 
     def engine_settings(self) -> ServeSettings:
         """The settings the capacity model sees: the flags, plus the explicit target."""

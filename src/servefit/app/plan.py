@@ -98,18 +98,22 @@ def speculation_of(resolved: Resolved, plan: CapacityPlan, d: Deployment) -> Spe
     (``--acceptance-rate`` or the method's published figure) and the drafter's network."""
     sc = plan.settings.speculative
     if sc is None:
-        if d.acceptance_rate is not None:
+        if d.acceptance_rate is not None or d.acceptance_from is not None:
             raise InvalidArgumentError(
-                "--acceptance-rate needs --speculative-config (the drafts it is the rate of)"
+                "--acceptance-rate and --acceptance-from need --speculative-config (the "
+                "drafts they are the acceptance of)"
             )
         return None
     from servefit.adapters.acceptance import acceptance_for
     from servefit.core import drafter
     from servefit.core.speculative import Speculation
 
+    if d.acceptance_rate is not None and d.acceptance_from is not None:
+        raise InvalidArgumentError("give --acceptance-rate or --acceptance-from, not both")
+    acceptance = resolved.measured_acceptance or acceptance_for(sc.method, sc.k, d.acceptance_rate)
     return Speculation(
         config=sc,
-        acceptance=acceptance_for(sc.method, sc.k, d.acceptance_rate),
+        acceptance=acceptance,
         draft=drafter.timing_spec(resolved.loaded.spec, sc, resolved.draft),
     )
 

@@ -13,7 +13,7 @@ from servefit.adapters.model_source import LoadedModel, load_model
 from servefit.app.deployment import Deployment, Hardware
 from servefit.core.engines import ServingEngine, select_engine
 from servefit.core.hardware import GpuSpec, custom_gpu
-from servefit.core.speculative import DraftNetwork
+from servefit.core.speculative import Acceptance, DraftNetwork
 from servefit.errors import InvalidArgumentError, ModelNotFoundError
 from servefit.units import GB_BYTES, GIB_BYTES
 
@@ -95,6 +95,7 @@ class Resolved:
     calibration: CalibrationDocument | None
     engine: ServingEngine  # the engine that serves it there (refusals raised on resolve)
     draft: DraftNetwork | None = None  # the --speculative-config draft checkpoint, loaded
+    measured_acceptance: Acceptance | None = None  # --acceptance-from's bench run, read
 
     @property
     def model_id(self) -> str:
@@ -149,7 +150,16 @@ def resolve(d: Deployment, *, loaded: LoadedModel | None = None) -> Resolved:
         calibration=calibration,
         engine=engine,
         draft=load_draft(d),
+        measured_acceptance=_measured_acceptance(d),
     )
+
+
+def _measured_acceptance(d: Deployment) -> Acceptance | None:
+    if d.acceptance_from is None:
+        return None
+    from servefit.adapters.acceptance import acceptance_from_run
+
+    return acceptance_from_run(d.acceptance_from)
 
 
 def load_draft(d: Deployment) -> DraftNetwork | None:

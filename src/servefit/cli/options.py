@@ -126,6 +126,12 @@ SERVE_OPTIONS = [
         help="Speculative decoding: the share of drafted tokens kept, each given the ones "
         "before it (0 to 1) [the method's published figure].",
     ),
+    click.option(
+        "--acceptance-from",
+        type=click.Path(),
+        help="Speculative decoding: the acceptance a `servefit bench --output RUN` measured "
+        "(its folder or summary.json), per draft position.",
+    ),
 ]
 
 TARGET_OPTIONS = [
@@ -324,6 +330,7 @@ def build_deployment(model: str, flags: dict[str, Any], **extra: Any) -> Any:
         revision=flags.pop("revision", None),
         allow_hub=not flags.pop("offline", False),
         acceptance_rate=flags.pop("acceptance_rate", None),
+        acceptance_from=flags.pop("acceptance_from", None),
         **extra,
     )
 

@@ -98,7 +98,8 @@ def _preflight(
     if facts_file and command:
         raise InvalidArgumentError("--facts judges a recording; it never runs a command")
     settings = pop_serve_settings(flags)
-    flags.pop("acceptance_rate", None)  # a speed assumption: preflight judges the start
+    for key in ("acceptance_rate", "acceptance_from"):  # speed: preflight judges the start
+        flags.pop(key, None)
     if facts_file:
         facts = gate.load_facts(Path(facts_file))
         if model and (facts.model is None or facts.model.model != model):

@@ -45,6 +45,16 @@ def render_performance(p: PerformancePlan, console: Console) -> None:
         f"{load.request_throughput_per_s:,.2f} req/s; bound by [bold]{load.bound.value}[/]"
         + (f"; goodput {load.goodput_per_s:,.2f} req/s" if load.goodput_per_s is not None else "")
     )
+    if p.speculation is not None:
+        g = p.speculation
+        console.print(
+            f"  speculation (k={g.k}, {g.expected_tokens_per_step:.2f} tokens a step): TPOT "
+            f"{_ms(p.tpot_batch1_s)} against {_ms(g.tpot_batch1_without_s)} without at batch 1 "
+            f"({g.tpot_batch1_without_s / p.tpot_batch1_s:.2f}x), {_ms(load.tpot_s.mean)} "
+            f"against {_ms(g.tpot_without_s)} under this load "
+            f"({g.tpot_without_s / load.tpot_s.mean:.2f}x); fastest k: {g.best_k_batch1} at "
+            f"batch 1, {g.best_k_at_load} at this load's mean batch of {g.mean_batch:,.1f}"
+        )
     for figure in ("ttft", "tpot", "throughput"):
         console.print(
             f"  {FIGURE_LABELS[figure]} error: {p.bands.describe(figure)}", highlight=False

@@ -43,7 +43,7 @@ from servefit.core.roofline import (
 )
 from servefit.core.serving import LoadResult, ServingLimits, simulate
 from servefit.core.speculative import Speculation
-from servefit.core.speculative_timing import step_timer
+from servefit.core.speculative_timing import SpeculationGain, speculation_gain, step_timer
 from servefit.core.step_timer import make_timer as make_timer
 from servefit.core.turn_reuse import history_block_tokens
 from servefit.core.workload import Slo, Workload
@@ -93,6 +93,7 @@ class PerformancePlan:
     # the fidelity corpus's measured error of each figure for this deployment's group (the
     # application layer attaches them: the data is not the model's)
     bands: PredictionBands = field(default_factory=PredictionBands)
+    speculation: SpeculationGain | None = None  # what --speculative-config buys, when given
 
     @property
     def ttft_s(self) -> float:
@@ -324,6 +325,23 @@ def plan_performance(
         else simulate_load(plan, m, profile, _at_concurrency(workload, c), slo, speculation)
         for c in curve_concurrencies(top)
     )
+    gain = None
+    if speculation is not None:  # the same plan without it, and the best k
+        plain = simulate_load(plan, m, profile, workload, slo)
+        gain = speculation_gain(
+            m,
+            gpu,
+            profile,
+            speculation,
+            r.kv_cache_dtype,
+            context=mid_context,
+            mean_batch=load.mean_batch,
+            without=(
+                make_timer(m, gpu, profile)(decode_step(1, mid_context)).time_s,
+                plain.tpot_s.mean,
+                plain.output_throughput_tok_per_s,
+            ),
+        )
     asked = sorted(
         {op.compute_dtype for op in step_ops(m, decode_step(1, 1), 0) if op.kind is OpKind.GEMM}
     )
@@ -358,6 +376,7 @@ def plan_performance(
         agent=agent,
         kernel_dtypes=tuple(dtypes),
         assumptions=assumptions,
+        speculation=gain,
     )
 
 

@@ -3,7 +3,7 @@ rules; docs/speculative.md a worked example)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from servefit.core.hardware import GpuSpec
@@ -103,3 +103,61 @@ def step_timer(
     if speculation is None:
         return make_timer(m, gpu, profile)
     return speculative_timer(m, gpu, profile, speculation, kv_cache_dtype)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpeculationGain:
+    """What speculation buys this workload: the same plan timed without it (the same KV
+    cache), and the ``k`` that is fastest at batch 1 and at the load's mean batch."""
+
+    k: int
+    expected_tokens_per_step: float
+    tpot_batch1_without_s: float
+    tpot_without_s: float  # under the workload's load
+    output_throughput_without_tok_per_s: float
+    tpot_batch1_by_k_s: tuple[tuple[int, float], ...]  # k = 1 .. max(k, MAX_K_TRIED)
+    best_k_batch1: int
+    best_k_at_load: int
+    mean_batch: float  # the load's mean batch, where best_k_at_load is judged
+
+
+MAX_K_TRIED = 6  # the drafts a step tries when choosing k (vLLM's examples go up to 7)
+
+
+def speculation_gain(
+    m: ModelCoeffs,
+    gpu: GpuSpec,
+    profile: EfficiencyProfile,
+    speculation: Speculation,
+    kv_cache_dtype: str,
+    *,
+    context: int,
+    mean_batch: float,
+    without: tuple[float, float, float],
+) -> SpeculationGain:
+    """``without``: TPOT at batch 1, TPOT and output throughput under the load, all timed
+    without speculation."""
+
+    def tpot(k: int, batch: int) -> float:
+        at_k = Speculation(
+            config=replace(speculation.config, num_speculative_tokens=k),
+            acceptance=speculation.acceptance,
+            draft=speculation.draft,
+        )
+        timer = speculative_timer(m, gpu, profile, at_k, kv_cache_dtype)
+        return timer(StepShape(decode_contexts=(context,) * batch)).time_s
+
+    ks = range(1, max(speculation.k, MAX_K_TRIED) + 1)
+    by_k = tuple((k, tpot(k, 1)) for k in ks)
+    batch = max(1, round(mean_batch))
+    return SpeculationGain(
+        k=speculation.k,
+        expected_tokens_per_step=speculation.expected_tokens_per_step,
+        tpot_batch1_without_s=without[0],
+        tpot_without_s=without[1],
+        output_throughput_without_tok_per_s=without[2],
+        tpot_batch1_by_k_s=by_k,
+        best_k_batch1=min(by_k, key=lambda item: item[1])[0],
+        best_k_at_load=min(ks, key=lambda k: tpot(k, batch)),
+        mean_batch=mean_batch,
+    )
