@@ -364,3 +364,25 @@ def test_the_plan_says_what_speculation_buys_and_the_fastest_k(catalog_model, gp
     assert dict(g.tpot_batch1_by_k_s)[3] == with_it.tpot_batch1_s
     assert g.best_k_batch1 == min(g.tpot_batch1_by_k_s, key=lambda kv: kv[1])[0]
     assert with_it.tpot_s < without.tpot_s  # memory-bound at 8: the drafts pay
+
+
+def test_check_log_holds_the_drafters_layout_lines(tmp_path):
+    """The GB10 log of nvidia/Qwen3.6-27B-NVFP4 with MTP k=2 (the fidelity corpus): vLLM set
+    the attention block to 1,600 tokens and added 3 padding layers; so does the plan."""
+    from click.testing import CliRunner
+    from tests.corpus import STARTUP_LOGS
+
+    from servefit.cli.main import cli
+
+    case = next(
+        c
+        for c in json.loads(STARTUP_LOGS.read_text())["cases"]
+        if "GB10" in c["name"] and "MTP k=2" in c["name"]
+    )
+    log = tmp_path / "vllm.log"
+    log.write_text("\n".join(case["log_lines"]) + "\n")
+    result = CliRunner().invoke(cli, ["check-log", str(log), "--gpu", "GB10", "--offline"])
+    assert result.exit_code == 0, result.output
+    assert "= block_size: logged 1,600, planned 1,600" in result.output
+    assert "= kv_padding_layers: logged 3, planned 3" in result.output
+    assert "given the logged KV memory 1,394,129" in result.output

@@ -129,6 +129,8 @@ _CONCURRENCY_RE = re.compile(
     rf"Maximum concurrency for (?P<len>{_GROUPED}) tokens per request: (?P<x>{_DEC})x"
 )
 _HYBRID_BLOCK_RE = re.compile(rf"Setting attention block size to (?P<n>{_INT}) tokens")
+# kv_cache_utils.py, when the groups of a hybrid (or a drafter's extra layer) are unequal
+_PADDING_RE = re.compile(rf"Add (?P<n>{_INT}) padding layers")
 _FREE_ON_DEVICE_RE = re.compile(
     rf"Free memory on device \((?P<free>{_DEC})/(?P<total>{_DEC}) GiB\)"
 )
@@ -251,6 +253,8 @@ def read_line(line: str) -> tuple[LogFact, ...]:
         add("max_model_len", _int(m.group("len")))
     if m := _HYBRID_BLOCK_RE.search(msg):
         add("block_size", int(m.group("n")))
+    if m := _PADDING_RE.search(msg):
+        add("kv_padding_layers", int(m.group("n")))
     for kind, pattern in _REFUSALS:
         if pattern.search(msg):
             add("refusal", kind)

@@ -35,6 +35,7 @@ QUANTITIES = (
     "kv_cache_tokens",
     "max_concurrency",
     "block_size",
+    "kv_padding_layers",
 )
 DOWNSTREAM_OF_KV = frozenset({"kv_cache_tokens", "max_concurrency"})
 # vLLM's non-default args (engine/arg_utils.py field names) that ServeSettings models
@@ -141,6 +142,8 @@ def predicted_value(plan: CapacityPlan, quantity: str) -> float:
         return float(plan.max_concurrency)
     if quantity == "block_size":
         return float(plan.settings.block_size)
+    if quantity == "kv_padding_layers":  # "Add N padding layers": unequal KV-cache groups
+        return float(plan.layout.num_padding_layers)
     raise KeyError(quantity)
 
 
@@ -153,7 +156,7 @@ def compare_fact(
     given = None
     if fact.quantity in DOWNSTREAM_OF_KV and plan_given_kv is not None:
         given = predicted_value(plan_given_kv, fact.quantity)
-    elif fact.quantity == "block_size":
+    elif fact.quantity in ("block_size", "kv_padding_layers"):  # the layout, not the budget
         given = predicted_value(plan_given_kv or plan, fact.quantity)
     return Comparison(
         quantity=fact.quantity,

@@ -20,7 +20,10 @@ from servefit.cli.output import EXIT_FAILED, EXIT_OK, emit_json, fail
 from servefit.errors import InvalidArgumentError, ServefitError
 
 # click parameter -> ServeSettings field (the flags a user sets win over the log's)
-_SETTING_OF_PARAM = {"kv_cache_memory": "kv_cache_memory_bytes"}
+_SETTING_OF_PARAM = {
+    "kv_cache_memory": "kv_cache_memory_bytes",
+    "speculative_config": "speculative",
+}
 _SERVE_PARAMS = (
     "tensor_parallel_size",
     "pipeline_parallel_size",
@@ -36,6 +39,7 @@ _SERVE_PARAMS = (
     "dtype",
     "quantization",
     "vllm_version",
+    "speculative_config",
 )
 
 
