@@ -114,6 +114,9 @@ class VllmBehaviour:
     is_state_prefix_caching_forced_off: bool = False
     is_hybrid_prefix_caching_default: bool = True
     has_mamba_all_mode: bool = False
+    # the worker's memory snapshot is taken before the distributed environment starts, so the
+    # NCCL communicators' memory counts as non-torch memory of the profile (0.9, 0.10)
+    counts_distributed_init: bool = False
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -196,6 +199,11 @@ def vllm_behaviour(version: str = DEFAULT_VLLM_VERSION) -> VllmBehaviour:
         # v0.9.2 arg_utils _is_v1_supported_oracle: "No Mamba or Encoder-Decoder so far" (V1
         # falls back to V0); v0.10 serves Mamba-2 and linear-attention hybrids on V1
         serves_state_models=v >= (0, 10),
+        # v0.9.2 and v0.10.1 v1/worker/gpu_worker.py init_device: MemorySnapshot() comes
+        # before init_worker_distributed_environment, so what NCCL allocates there is in the
+        # profile's non-torch increase; v0.11.0 takes the snapshot after it (PR #25359);
+        # v0.8.5 reads non-torch memory as the whole device's use minus torch's
+        counts_distributed_init=(0, 9) <= v < (0, 11),
     )
 
 
@@ -259,17 +267,29 @@ def server_batch_defaults(
     return SERVER_BATCH_DEFAULTS_SMALL
 
 
-def non_torch_bytes(tp: int, pp: int, switched_nvlink: bool = True) -> int:
-    """Non-torch memory per GPU: with tensor parallelism it depends on the link."""
+def non_torch_bytes(
+    tp: int, pp: int, switched_nvlink: bool = True, counts_distributed_init: bool = False
+) -> int:
+    """Non-torch memory per GPU: with tensor parallelism it depends on the link, and in
+    0.9-0.10 it holds NCCL's communicators (:data:`NCCL_INIT_SWITCHED_BYTES`)."""
     if tp > 1:
-        return (
-            NON_TORCH_TENSOR_PARALLEL_BYTES
-            if switched_nvlink
-            else NON_TORCH_TENSOR_PARALLEL_PCIE_BYTES
-        )
+        if not switched_nvlink:
+            return NON_TORCH_TENSOR_PARALLEL_PCIE_BYTES
+        extra = NCCL_INIT_SWITCHED_BYTES if counts_distributed_init else 0
+        return NON_TORCH_TENSOR_PARALLEL_BYTES + extra
     if pp > 1:
         return NON_TORCH_PIPELINE_ONLY_BYTES
     return NON_TORCH_SINGLE_GPU_BYTES
+
+
+# What NCCL's tensor-parallel communicators hold on a switched-NVLink GPU (their NVLS
+# multicast buffers among them), seen where the snapshot precedes the distributed init
+# (0.9-0.10): the two vLLM 0.10.0 logs of 8 x H100 SXM in the fidelity corpus (Qwen3-32B and
+# Qwen3-235B-A22B-FP8, TP8, DaisukeTakai/eval_dataset) leave 3.58 and 2.95 GiB more
+# non-KV memory than the 0.19-fitted estimate; servefit takes 3.3 GiB, their mean. Over PCIe
+# a 0.10.2 log of 8 x L40S prints 0.17-0.21 GiB of non-torch memory in all: NCCL's few PCIe
+# channels are in NON_TORCH_TENSOR_PARALLEL_PCIE_BYTES already.
+NCCL_INIT_SWITCHED_BYTES = int(3.3 * GIB_BYTES)
 
 
 def cuda_graph_bytes(num_layers: int) -> int:

@@ -184,14 +184,13 @@ def _stage_memory(
         is_last_stage=is_last,
     )
     graphs = 0 if r.enforce_eager else engine.cuda_graph_bytes(len(stage_layers))
+    tp, pp, link = r.tensor_parallel_size, r.pipeline_parallel_size, gpu.has_switched_nvlink
     return memory_breakdown(
         total_bytes=gpu.cuda_total_bytes,
         gpu_memory_utilization=r.gpu_memory_utilization,
         weights_bytes=int(stage_weights_bytes),
         activation_peak_bytes=activation,
-        non_torch_bytes=engine.non_torch_bytes(
-            r.tensor_parallel_size, r.pipeline_parallel_size, gpu.has_switched_nvlink
-        ),
+        non_torch_bytes=engine.non_torch_bytes(tp, pp, link, behaviour.counts_distributed_init),
         cuda_graph_bytes=graphs,
         behaviour=behaviour,
         kv_cache_memory_bytes=kv_cache_memory_bytes,
