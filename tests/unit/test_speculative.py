@@ -386,3 +386,41 @@ def test_check_log_holds_the_drafters_layout_lines(tmp_path):
     assert "= block_size: logged 1,600, planned 1,600" in result.output
     assert "= kv_padding_layers: logged 3, planned 3" in result.output
     assert "given the logged KV memory 1,394,129" in result.output
+
+
+def test_a_draft_model_loads_whole_and_adds_its_layers(catalog_model, gpu):
+    """Llama-3.2-1B drafting for Llama-3.1-8B (the same 128,256-token vocabulary): vLLM shares
+    neither embedding nor LM head with a draft model (draft_model.py), so its whole weight
+    is added; its 16 layers of 8 KV heads x 64 dims join the target's 32 of 8 x 128."""
+    from servefit.core.speculative import DraftNetwork
+    from servefit.core.weights import weight_bytes
+
+    target = catalog_model(LLAMA).spec
+    small = catalog_model("meta-llama/Llama-3.2-1B-Instruct").spec
+    sc = spec('{"model": "meta-llama/Llama-3.2-1B-Instruct", "num_speculative_tokens": 4}')
+    assert sc.method is SpecMethod.DRAFT_MODEL
+    draft = DraftNetwork(spec=small)
+    got = drafter.weight_bytes_per_gpu(
+        target, sc, draft, tp=1, capability=(9, 0), has_triton_kernels=True
+    )
+    assert got == weight_bytes(small, tp=1, capability=(9, 0)).per_gpu_bytes
+    memory = 20 * GIB_BYTES
+    plan = plan_capacity(
+        target,
+        gpu("H100-SXM"),
+        ServeSettings(kv_cache_memory_bytes=memory, speculative=sc, draft=draft),
+    )
+    # one block id holds 16 tokens of every layer: 32 x 65,536 + 16 x 32,768 bytes
+    assert plan.kv_cache_tokens == memory // (32 * 65_536 + 16 * 32_768) * 16
+
+
+def test_a_draft_model_of_another_vocabulary_is_refused(catalog_model):
+    from servefit.core.speculative import DraftNetwork
+
+    target = catalog_model(LLAMA).spec
+    other = catalog_model("Qwen/Qwen3-0.6B").spec
+    sc = spec('{"model": "Qwen/Qwen3-0.6B", "num_speculative_tokens": 4}')
+    with pytest.raises(InvalidArgumentError, match="vocabulary"):
+        drafter.weight_bytes_per_gpu(
+            target, sc, DraftNetwork(spec=other), tp=1, capability=None, has_triton_kernels=True
+        )

@@ -97,12 +97,19 @@ def weight_bytes_per_gpu(
     network = _draft(sc, draft)
     d = network.spec
     loaded = weight_bytes(d, tp=tp, capability=capability, has_triton_kernels=has_triton_kernels)
+    if sc.method is SpecMethod.DRAFT_MODEL:
+        # vLLM 0.32 v1/spec_decode/draft_model.py: "Draft models don't share embeddings
+        # with the target model" (nor the LM head); the vocabularies must be equal
+        if d.vocab_size != spec.vocab_size:
+            raise InvalidArgumentError(
+                f"{FLAG}: the draft model's vocabulary ({d.vocab_size:,}) is not the target's "
+                f"({spec.vocab_size:,}); vLLM refuses it (verify_equal_vocab_size_if_draft_model)"
+            )
+        return loaded.per_gpu_bytes
     roles = loaded.per_gpu_by_role_bytes
     share = loaded.per_gpu_bytes
-    if d.hidden_size == spec.hidden_size:  # the target's embedding serves the drafter
+    if d.hidden_size == spec.hidden_size:  # the target's embedding serves the head
         share -= roles.get("embedding", 0.0)
-    if sc.method is SpecMethod.DRAFT_MODEL:
-        return share
     # an EAGLE head: its LM head is the target's unless EAGLE-3 ships a smaller one
     share -= roles.get("lm_head", 0.0)
     h = d.hidden_size
@@ -199,7 +206,7 @@ def notes(sc: SpeculativeConfig, bytes_per_gpu: float, added_layers: int) -> tup
         + ("s" if added_layers != 1 else "")
         + "; a Mamba/linear-attention layer keeps k more state blocks and conv steps a request"
     ]
-    if sc.method.needs_draft_config:
+    if sc.method in (SpecMethod.EAGLE, SpecMethod.EAGLE3):
         out.append(
             "the drafter shares the target's embedding when the widths match (and an EAGLE "
             "head its LM head unless it ships its own): vLLM decides by comparing weights, "

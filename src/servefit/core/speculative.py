@@ -17,8 +17,9 @@ model-specific MTP method (``deepseek_mtp``, ``qwen3_next_mtp``, ...) is ``mtp``
   embedding and LM head are the target's, ``llm_base_proposer._maybe_share_*``); an EAGLE
   head loads its decoder layer(s), its ``fc`` (2 x hidden in for EAGLE, 3 x hidden for
   EAGLE-3, whose first layer also reads 2 x hidden) and, for EAGLE-3, its own LM head of
-  ``draft_vocab_size`` rows; a draft model loads itself whole, its embedding shared with the
-  target's when the widths match. N-gram and suffix proposers run on the CPU: no weights.
+  ``draft_vocab_size`` rows; a draft model loads itself whole (draft_model.py: "Draft models
+  don't share embeddings with the target model"), of the target's vocabulary. N-gram and
+  suffix proposers run on the CPU: no weights.
 - *KV cache*: the drafter's attention layers are ordinary cache layers
   (``gpu_model_runner.get_kv_cache_spec`` walks every Attention module, the drafter's
   included), so they join the target's layers in the grouping: an EAGLE head adds one layer
