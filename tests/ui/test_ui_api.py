@@ -172,19 +172,24 @@ SEED_FLAGS = ["--max-num-seqs", "128", "--concurrency", "64", "--input-len", "2k
 SEED_FLAGS += ["--slo-ttft-ms", "2000", "--json"]
 
 
-def test_the_export_is_plan_json_for_the_same_flags_with_a_workload():
-    params = {**SEED, "concurrency": "64", "input-len": "2k", "slo-ttft-ms": "2000"}
-    status, headers, body = get("/api/plan.json", params)
-    assert status == 200 and "attachment" in headers["Content-Disposition"]
+def _plan_cli(*flags: str) -> str:
+    """``servefit plan`` of the seed deployment with ``flags``: its ``--json`` document."""
     cli = subprocess.run(
-        [*CLI, "plan", SEED["model"], "--gpu", "A40", "--max-model-len", "32k", *SEED_FLAGS],
+        [*CLI, "plan", SEED["model"], "--gpu", "A40", "--max-model-len", "32k", *flags],
         capture_output=True,
         text=True,
         env=OFFLINE,
         timeout=120,
     )
     assert cli.returncode in (0, 1), cli.stderr
-    assert body.decode() == cli.stdout
+    return cli.stdout
+
+
+def test_the_export_is_plan_json_for_the_same_flags_with_a_workload():
+    params = {**SEED, "concurrency": "64", "input-len": "2k", "slo-ttft-ms": "2000"}
+    status, headers, body = get("/api/plan.json", params)
+    assert status == 200 and "attachment" in headers["Content-Disposition"]
+    assert body.decode() == _plan_cli(*SEED_FLAGS)
     assert json.loads(body)["verdict"]["workload_runs"] is not None  # the workload is judged
 
 
@@ -193,32 +198,8 @@ def test_a_speculative_plan_is_plan_json_for_the_same_flags():
     params = {**SEED, "speculative-config": spec, "acceptance-rate": "0.8", "concurrency": "4"}
     status, _, body = get("/api/plan.json", params)
     assert status == 200, body
-    cli = subprocess.run(
-        [
-            *CLI,
-            "plan",
-            SEED["model"],
-            "--gpu",
-            "A40",
-            "--max-model-len",
-            "32k",
-            "--max-num-seqs",
-            "128",
-            "--speculative-config",
-            spec,
-            "--acceptance-rate",
-            "0.8",
-            "--concurrency",
-            "4",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        env=OFFLINE,
-        timeout=120,
-    )
-    assert cli.returncode in (0, 1), cli.stderr
-    assert body.decode() == cli.stdout
+    flags = ["--max-num-seqs", "128", "--speculative-config", spec, "--acceptance-rate", "0.8"]
+    assert body.decode() == _plan_cli(*flags, "--concurrency", "4", "--json")
     assert "--speculative-config" in json.loads(body)["vllm_command"]
 
 
