@@ -45,6 +45,16 @@ DRIVER_RESERVED_BYTES = 450 * MIB_BYTES
 # MoE kernel's intermediate buffers for MoE models (Mixtral-8x7B TP2 1.21, Qwen3-30B-A3B 2.68).
 SAMPLER_LOGITS_FACTOR = 3.9
 LOGIT_BYTES = 4  # fp32 logits
+# vLLM 0.12.0-0.16.x run the dummy sampler's top-k/top-p on the PyTorch path by default
+# (v1/sample/ops/topk_topp_sampler.py: FlashInfer only with VLLM_USE_FLASHINFER_SAMPLER=1,
+# "Users must opt in explicitly"), which sorts the logits: apply_top_k_top_p holds the sorted
+# fp32 logits (4 bytes an element), their int64 indices (8), the top-k and top-p masks (1
+# each), the fp32 probabilities (4) and the scattered result (4) at once: 22 bytes, 5.5 x the
+# fp32 logits, on top of the peak the 0.19 fit measured. 0.17.0 adds a Triton top-k/top-p
+# kernel for batches of 8 and more (apply_top_k_top_p_triton, no sort), which the fit saw.
+# The 0.12 log of Qwen3-30B-A3B on an RTX PRO 6000 (1,024 requests x 151,936 fp32 logits =
+# 0.58 GiB) leaves 2.81 GiB more non-KV memory than the fit: 4.8 x.
+SORTED_SAMPLER_EXTRA_FACTOR = 22 / LOGIT_BYTES
 
 # Memory allocated outside PyTorch during profiling (NCCL, cuBLAS workspaces, custom
 # all-reduce buffers), from the same logs: 0.24-0.27 GiB on one GPU, 2.06-2.21 GiB with
@@ -117,6 +127,8 @@ class VllmBehaviour:
     # the worker's memory snapshot is taken before the distributed environment starts, so the
     # NCCL communicators' memory counts as non-torch memory of the profile (0.9, 0.10)
     counts_distributed_init: bool = False
+    # the dummy sampler sorts the logits for top-k/top-p (0.12-0.16: SORTED_SAMPLER_EXTRA_FACTOR)
+    sorts_sampler_logits: bool = False
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -204,6 +216,7 @@ def vllm_behaviour(version: str = DEFAULT_VLLM_VERSION) -> VllmBehaviour:
         # profile's non-torch increase; v0.11.0 takes the snapshot after it (PR #25359);
         # v0.8.5 reads non-torch memory as the whole device's use minus torch's
         counts_distributed_init=(0, 9) <= v < (0, 11),
+        sorts_sampler_logits=(0, 12) <= v < (0, 17),
     )
 
 

@@ -31,6 +31,7 @@ def activation_peak_bytes(
     max_num_batched_tokens: int,
     max_num_seqs: int,
     is_last_stage: bool,
+    sorts_sampler_logits: bool = False,
 ) -> int:
     """Estimated peak of vLLM's profile run on one GPU.
 
@@ -43,11 +44,10 @@ def activation_peak_bytes(
     num_reqs = min(max_num_seqs, tokens)
     act = dtype_bytes(spec.dtype)
     h = spec.hidden_size
-    sampler = (
-        engine.SAMPLER_LOGITS_FACTOR * num_reqs * spec.vocab_size * engine.LOGIT_BYTES
-        if is_last_stage
-        else 0
-    )
+    factor = engine.SAMPLER_LOGITS_FACTOR
+    if sorts_sampler_logits:  # 0.12-0.16: top-k/top-p sorts the logits (engine.py)
+        factor += engine.SORTED_SAMPLER_EXTRA_FACTOR
+    sampler = factor * num_reqs * spec.vocab_size * engine.LOGIT_BYTES if is_last_stage else 0
     dense_width = max(
         (m.intermediate_size for i in layers if isinstance(m := spec.layers[i].mlp, DenseMlpSpec)),
         default=0,

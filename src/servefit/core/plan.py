@@ -182,6 +182,7 @@ def _stage_memory(
         max_num_batched_tokens=r.max_num_batched_tokens,
         max_num_seqs=r.max_num_seqs,
         is_last_stage=is_last,
+        sorts_sampler_logits=behaviour.sorts_sampler_logits,
     )
     graphs = 0 if r.enforce_eager else engine.cuda_graph_bytes(len(stage_layers))
     tp, pp, link = r.tensor_parallel_size, r.pipeline_parallel_size, gpu.has_switched_nvlink
