@@ -53,6 +53,7 @@ _SETTING_KEYS = (
     "enforce_eager",
     "dtype",
     "quantization",
+    "enable_expert_parallel",
 )
 
 

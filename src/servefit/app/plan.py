@@ -83,8 +83,14 @@ def predict(
 
     try:
         profile = resolved.profile(d.engine or plan.engine)
+        r = plan.settings
         perf = plan_performance(
-            plan, d.workload, profile, slo=d.slo, speculation=speculation_of(resolved, plan, d)
+            plan,
+            d.workload,
+            profile,
+            slo=d.slo,
+            ep=r.tensor_parallel_size if r.enable_expert_parallel else 1,
+            speculation=speculation_of(resolved, plan, d),
         )
         return replace(perf, bands=bands or prediction_bands(resolved, plan, d)), ""
     except InvalidArgumentError as error:

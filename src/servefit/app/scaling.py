@@ -80,7 +80,10 @@ def plan_deployment_scaling(
     if best is not None and best.plan is not None:
         layout = best.layout
         asked = replace(
-            d.settings, tensor_parallel_size=layout.tp, pipeline_parallel_size=layout.pp
+            d.settings,
+            tensor_parallel_size=layout.tp,
+            pipeline_parallel_size=layout.pp,
+            enable_expert_parallel=layout.ep,
         )
         serve = vllm_serve_args(
             resolved.model_id,

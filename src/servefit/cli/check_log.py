@@ -40,6 +40,7 @@ _SERVE_PARAMS = (
     "quantization",
     "vllm_version",
     "speculative_config",
+    "enable_expert_parallel",
 )
 
 

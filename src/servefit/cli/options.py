@@ -102,6 +102,12 @@ SERVE_OPTIONS = [
     ),
     click.option("--enforce-eager", is_flag=True, help="No CUDA graphs."),
     click.option(
+        "--enable-expert-parallel",
+        "-ep",
+        is_flag=True,
+        help="MoE models: each GPU holds whole experts instead of a slice of every expert.",
+    ),
+    click.option(
         "--dtype",
         default="auto",
         show_default=True,
@@ -363,6 +369,7 @@ def pop_serve_settings(flags: dict[str, Any]) -> Any:
         quantization=flags.pop("quantization", None),
         vllm_version=version,
         speculative=speculative,
+        enable_expert_parallel=flags.pop("enable_expert_parallel", False),
     )
 
 

@@ -224,7 +224,7 @@ def plan_capacity(
         uses_attention_kernel=not is_attention_free(spec) and MixerKind.MLA not in spec.mixer_kinds,
     )
     tp, pp = r.tensor_parallel_size, r.pipeline_parallel_size
-    check_parallel_layout(spec, tp, pp)
+    check_parallel_layout(spec, tp, pp, ep=r.enable_expert_parallel)
     if not behaviour.serves_state_models and spec.mixer_kinds & {
         MixerKind.LINEAR_ATTENTION,
         MixerKind.MAMBA,

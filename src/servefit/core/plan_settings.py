@@ -85,6 +85,9 @@ class ServeSettings:
     # --speculative-config, and the draft checkpoint it names (loaded by app/resolve)
     speculative: SpeculativeConfig | None = None
     draft: DraftNetwork | None = None
+    # --enable-expert-parallel: each GPU holds whole experts (E / TP of them) instead of a
+    # TP-th of every expert; the attention stays tensor parallel
+    enable_expert_parallel: bool = False
 
     def __post_init__(self) -> None:
         checks = {
@@ -150,6 +153,7 @@ class ResolvedSettings:
     concurrency: int
     context_tokens: int
     speculative: SpeculativeConfig | None = None
+    enable_expert_parallel: bool = False
 
     @property
     def num_gpus(self) -> int:
@@ -263,6 +267,11 @@ def resolve_settings(
 ) -> tuple[ResolvedSettings, engine.VllmBehaviour]:
     """Step 1: fill in what vLLM would choose for this GPU."""
     behaviour = engine.vllm_behaviour(s.vllm_version)
+    if s.enable_expert_parallel and not spec.is_moe:  # ModelConfig._verify_with_expert_parallelism
+        raise InvalidArgumentError(
+            f"--enable-expert-parallel: {spec.name} has no experts (it is not a "
+            "mixture-of-experts model); leave the flag out"
+        )
     default_tokens, default_seqs = engine.server_batch_defaults(
         gpu.cuda_total_bytes, gpu.name, behaviour
     )
@@ -288,6 +297,7 @@ def resolve_settings(
         concurrency=s.concurrency or 1,
         context_tokens=s.context_tokens or max_model_len,
         speculative=s.speculative,
+        enable_expert_parallel=s.enable_expert_parallel,
     )
     return resolved, behaviour
 

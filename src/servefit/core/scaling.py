@@ -120,6 +120,7 @@ def plan_scaling(
             tensor_parallel_size=layout.tp,
             pipeline_parallel_size=layout.pp,
             concurrency=None,
+            enable_expert_parallel=layout.ep,
         )
         try:
             plan = plan_capacity(

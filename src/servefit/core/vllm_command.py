@@ -28,7 +28,7 @@ def vllm_serve_args(
         args += ["--tensor-parallel-size", str(r.tensor_parallel_size)]
     if r.pipeline_parallel_size > 1:
         args += ["--pipeline-parallel-size", str(r.pipeline_parallel_size)]
-    if enable_expert_parallel:
+    if enable_expert_parallel or asked.enable_expert_parallel:
         args += ["--enable-expert-parallel"]
     args += ["--max-model-len", str(r.max_model_len)]
     if asked.gpu_memory_utilization is not None:

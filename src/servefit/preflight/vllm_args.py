@@ -64,6 +64,7 @@ SETTING_FIELDS = (
     "enable_prefix_caching",
     "enforce_eager",
     "speculative_config",
+    "enable_expert_parallel",
 )
 _BOOL_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "0", "1"})
 
@@ -165,6 +166,9 @@ _SWITCHES: dict[str, tuple[str, bool]] = {
     "--no-enforce-eager": ("enforce_eager", False),
     "--enable-prefix-caching": ("enable_prefix_caching", True),
     "--no-enable-prefix-caching": ("enable_prefix_caching", False),
+    "--enable-expert-parallel": ("enable_expert_parallel", True),
+    "-ep": ("enable_expert_parallel", True),
+    "--no-enable-expert-parallel": ("enable_expert_parallel", False),
 }
 
 

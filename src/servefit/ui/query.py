@@ -122,6 +122,7 @@ FIELDS: dict[str, Callable[[str, str], Any]] = {
     "block-size": _int,
     "enable-prefix-caching": _bool,
     "enforce-eager": _bool,
+    "enable-expert-parallel": _bool,
     "dtype": _choice(DTYPES),
     "quantization": _choice(("fp8",)),
     "speculative-config": _speculative,
@@ -226,6 +227,7 @@ def deployment_for(q: PageQuery, model: str | None = None) -> Any:
         block_size=g("block-size"),
         enable_prefix_caching=g("enable-prefix-caching"),  # left out: vLLM's default
         enforce_eager=g("enforce-eager", False),
+        enable_expert_parallel=g("enable-expert-parallel", False),
         dtype=g("dtype", "auto"),
         quantization=g("quantization"),
         speculative=_read_speculative(g("speculative-config")),
