@@ -81,7 +81,7 @@ json_values = st.recursive(
 @settings(max_examples=200, deadline=None)
 @given(
     obj=st.dictionaries(
-        st.sampled_from(sorted(FIELDS) + ["k", "draft", "speculative_model"]), json_values
+        st.sampled_from([*sorted(FIELDS), "k", "draft", "speculative_model"]), json_values
     )
 )
 def test_any_object_is_read_or_refused_with_a_clear_error(obj):
