@@ -424,3 +424,27 @@ def test_a_draft_model_of_another_vocabulary_is_refused(catalog_model):
         drafter.weight_bytes_per_gpu(
             target, sc, DraftNetwork(spec=other), tp=1, capability=None, has_triton_kernels=True
         )
+
+
+@pytest.mark.parametrize("engine", ["sglang", "trtllm"])
+def test_another_engine_is_refused_the_vllm_flag(engine):
+    from click.testing import CliRunner
+
+    from servefit.cli.main import cli
+
+    result = CliRunner().invoke(
+        cli,
+        [
+            "plan",
+            "Qwen/Qwen3-8B",
+            "--gpu",
+            "H100",
+            "--engine",
+            engine,
+            "--offline",
+            "--speculative-config",
+            '{"method": "ngram", "num_speculative_tokens": 3}',
+        ],
+    )
+    assert result.exit_code == 2
+    assert "vLLM's flag" in result.output and engine in result.output

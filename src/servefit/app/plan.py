@@ -53,8 +53,14 @@ class PlanOutcome:
 def capacity_for(resolved: Resolved, settings: ServeSettings) -> CapacityPlan:
     """The engine's capacity plan of these settings on the resolved model and GPU (with
     the draft checkpoint the settings' ``--speculative-config`` names)."""
-    if settings.speculative is not None and settings.draft is None:
-        settings = replace(settings, draft=resolved.draft)
+    if settings.speculative is not None:
+        if resolved.engine.name not in ("vllm", "vllm-cpu"):
+            raise InvalidArgumentError(
+                f"--speculative-config is vLLM's flag; servefit does not plan {resolved.engine.name}'s "
+                "speculative decoding: plan it with --engine vllm, or leave the flag out"
+            )
+        if settings.draft is None:
+            settings = replace(settings, draft=resolved.draft)
     return resolved.engine.plan(
         resolved.loaded.spec,
         resolved.gpu,
