@@ -56,8 +56,9 @@ def capacity_for(resolved: Resolved, settings: ServeSettings) -> CapacityPlan:
     if settings.speculative is not None:
         if resolved.engine.name not in ("vllm", "vllm-cpu"):
             raise InvalidArgumentError(
-                f"--speculative-config is vLLM's flag; servefit does not plan {resolved.engine.name}'s "
-                "speculative decoding: plan it with --engine vllm, or leave the flag out"
+                f"--speculative-config is vLLM's flag; servefit does not plan "
+                f"{resolved.engine.name}'s speculative decoding: plan it with --engine vllm, or "
+                "leave the flag out"
             )
         if settings.draft is None:
             settings = replace(settings, draft=resolved.draft)
