@@ -205,6 +205,11 @@ def settings_from_log(log: StartupLog) -> dict[str, Any]:
         out["kv_cache_memory_bytes"] = explicit.value  # the CPU's given space is a setting
     if "max_model_len" not in out and log.value("max_model_len"):
         out["max_model_len"] = int(log.value("max_model_len"))
+    if args.get("enable_lora") is True:
+        from servefit.core.lora import LoraSettings
+
+        sizes = {k: args[k] for k in ("max_loras", "max_lora_rank") if isinstance(args.get(k), int)}
+        out["lora"] = LoraSettings(**sizes)
     if isinstance(args.get("speculative_config"), dict):
         from servefit.adapters.speculative_config import read_speculative_config
 

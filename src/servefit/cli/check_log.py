@@ -23,6 +23,7 @@ from servefit.errors import InvalidArgumentError, ServefitError
 _SETTING_OF_PARAM = {
     "kv_cache_memory": "kv_cache_memory_bytes",
     "speculative_config": "speculative",
+    "enable_lora": "lora",
 }
 _SERVE_PARAMS = (
     "tensor_parallel_size",
@@ -41,6 +42,7 @@ _SERVE_PARAMS = (
     "vllm_version",
     "speculative_config",
     "enable_expert_parallel",
+    "enable_lora",
 )
 
 

@@ -101,6 +101,13 @@ SERVE_OPTIONS = [
         "(pure Mamba)].",
     ),
     click.option("--enforce-eager", is_flag=True, help="No CUDA graphs."),
+    click.option("--enable-lora", is_flag=True, help="Serve LoRA adapters (vLLM's slots)."),
+    click.option("--max-loras", type=int, help="LoRA adapters in one batch (GPU slots) [1]."),
+    click.option(
+        "--max-lora-rank",
+        type=int,
+        help="The largest adapter rank: 1, 8, 16, 32, 64, 128, 256, 320, 512 [16].",
+    ),
     click.option(
         "--enable-expert-parallel",
         "-ep",
@@ -370,6 +377,11 @@ def pop_serve_settings(flags: dict[str, Any]) -> Any:
         vllm_version=version,
         speculative=speculative,
         enable_expert_parallel=flags.pop("enable_expert_parallel", False),
+        lora=_lora_settings(
+            flags.pop("enable_lora", False),
+            flags.pop("max_loras", None),
+            flags.pop("max_lora_rank", None),
+        ),
     )
 
 
@@ -402,3 +414,9 @@ def kv_cache_bytes(text: str) -> int:
         return parse_human_int(text, flag="--kv-cache-memory-bytes")
     except InvalidArgumentError:
         return parse_bytes(text)
+
+
+def _lora_settings(enabled: bool, max_loras: int | None, max_lora_rank: int | None) -> Any:
+    from servefit.core.lora import lora_settings
+
+    return lora_settings(enabled, max_loras, max_lora_rank)

@@ -5,27 +5,18 @@ The rules and their sources are in :mod:`servefit.core.speculative`'s docstring.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
-from servefit.core.kv_cache import CacheSettings
 from servefit.core.model_spec import AttentionSpec, LayerSpec, MlaSpec, ModelSpec
 from servefit.core.speculative import (
     FLAG,
     DraftNetwork,
     SpecMethod,
     SpeculativeConfig,
-    check_draft_tensor_parallel,
-    check_release,
 )
 from servefit.core.weights import weight_bytes
 from servefit.errors import InvalidArgumentError
 from servefit.units import GIB_BYTES, dtype_bytes
-
-if TYPE_CHECKING:
-    from servefit.core.engine import VllmBehaviour
-    from servefit.core.hardware import GpuSpec
-    from servefit.core.plan_settings import ResolvedSettings
 
 
 def _mtp_layers(spec: ModelSpec) -> tuple[LayerSpec, ...]:
@@ -141,56 +132,6 @@ def timing_spec(
     if network.draft_vocab_size:
         return replace(network.spec, vocab_size=network.draft_vocab_size)
     return network.spec
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PlanEffect:
-    """What the drafter changes in a capacity plan: the layers vLLM groups (the target's,
-    then the drafter's), its weight bytes on one GPU of the last stage, the cache settings
-    (state blocks and conv steps), and the plan's notes on it."""
-
-    cache_spec: ModelSpec
-    weight_bytes: float
-    cache: CacheSettings
-    notes: tuple[str, ...]
-
-
-def plan_effect(
-    spec: ModelSpec,
-    r: ResolvedSettings,
-    draft: DraftNetwork | None,
-    behaviour: VllmBehaviour,
-    gpu: GpuSpec,
-    cache: CacheSettings,
-    has_state: bool,
-) -> PlanEffect:
-    """The drafter of ``r.speculative`` in a plan (nothing when there is none)."""
-    sc = r.speculative
-    if sc is None:
-        return PlanEffect(cache_spec=spec, weight_bytes=0.0, cache=cache, notes=())
-    if r.pipeline_parallel_size > 1:
-        raise InvalidArgumentError(
-            f"{FLAG} with --pipeline-parallel-size {r.pipeline_parallel_size}: servefit plans "
-            "speculative decoding on one pipeline stage only"
-        )
-    check_release(sc, behaviour.version)
-    tp = r.tensor_parallel_size
-    check_draft_tensor_parallel(sc, tp)
-    layers = cache_layers(spec, sc, draft)
-    bytes_per_gpu = weight_bytes_per_gpu(
-        spec,
-        sc,
-        draft,
-        tp=tp,
-        capability=gpu.compute_capability_tuple,
-        has_triton_kernels=behaviour.ships_triton_kernels,
-    )
-    return PlanEffect(
-        cache_spec=with_drafter_layers(spec, layers),
-        weight_bytes=bytes_per_gpu,
-        cache=replace(cache, speculative_tokens=sc.k if has_state else 0),
-        notes=notes(sc, bytes_per_gpu, len(layers)),
-    )
 
 
 def notes(sc: SpeculativeConfig, bytes_per_gpu: float, added_layers: int) -> tuple[str, ...]:

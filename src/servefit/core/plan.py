@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from servefit.core import drafter, engine
+from servefit.core import addons, engine
 from servefit.core.hardware import GpuSpec
 from servefit.core.kv_cache import (
     KERNEL_BLOCK_SIZE,
@@ -244,7 +244,7 @@ def plan_capacity(
     )
     stages = list(pipeline_layer_split(spec.num_layers, pp))
     cache = _cache_settings(spec, gpu, r, behaviour, mamba_ssm_dtype, kernel_block_size)
-    extra = drafter.plan_effect(spec, r, settings.draft, behaviour, gpu, cache, has_state(spec))
+    extra = addons.plan_effect(spec, r, settings.draft, behaviour, gpu, cache, has_state(spec))
     cache, cache_spec = extra.cache, extra.cache_spec  # the drafter's layers on the last stage
     stages[-1] = range(stages[-1].start, cache_spec.num_layers)
     per_stage = []

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from servefit.core import engine
 from servefit.core.hardware import GpuSpec
 from servefit.core.kv_cache import KvLayout
+from servefit.core.lora import LoraSettings
 from servefit.core.memory import MemoryBreakdown
 from servefit.core.model_spec import MixerKind, ModelSpec
 from servefit.core.quant import QuantSpec, fp8_per_tensor
@@ -88,6 +89,7 @@ class ServeSettings:
     # --enable-expert-parallel: each GPU holds whole experts (E / TP of them) instead of a
     # TP-th of every expert; the attention stays tensor parallel
     enable_expert_parallel: bool = False
+    lora: LoraSettings | None = None  # --enable-lora (with --max-loras, --max-lora-rank)
 
     def __post_init__(self) -> None:
         checks = {
@@ -154,6 +156,7 @@ class ResolvedSettings:
     context_tokens: int
     speculative: SpeculativeConfig | None = None
     enable_expert_parallel: bool = False
+    lora: LoraSettings | None = None
 
     @property
     def num_gpus(self) -> int:
@@ -298,6 +301,7 @@ def resolve_settings(
         context_tokens=s.context_tokens or max_model_len,
         speculative=s.speculative,
         enable_expert_parallel=s.enable_expert_parallel,
+        lora=s.lora,
     )
     return resolved, behaviour
 

@@ -57,6 +57,12 @@ def vllm_serve_args(
         args += ["--enable-prefix-caching" if on else "--no-enable-prefix-caching"]
     if r.enforce_eager:
         args += ["--enforce-eager"]
+    if asked.lora is not None:
+        args += ["--enable-lora"]
+        if asked.lora.max_loras != 1:
+            args += ["--max-loras", str(asked.lora.max_loras)]
+        if asked.lora.max_lora_rank != 16:
+            args += ["--max-lora-rank", str(asked.lora.max_lora_rank)]
     if asked.speculative is not None:  # as the user wrote it (vLLM parses the JSON)
         args += ["--speculative-config", asked.speculative.given_json]
     return [*args, *extra_args]

@@ -65,6 +65,9 @@ SETTING_FIELDS = (
     "enforce_eager",
     "speculative_config",
     "enable_expert_parallel",
+    "enable_lora",
+    "max_loras",
+    "max_lora_rank",
 )
 _BOOL_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "0", "1"})
 
@@ -159,6 +162,8 @@ _VALUE_FLAGS: dict[str, tuple[str, Callable[..., Any]]] = {
     "--quantization": ("quantization", _optional(_str)),
     "-q": ("quantization", _optional(_str)),
     "--speculative-config": ("speculative_config", _optional(_str)),
+    "--max-loras": ("max_loras", _int),
+    "--max-lora-rank": ("max_lora_rank", _int),
     "-sc": ("speculative_config", _optional(_str)),
 }
 _SWITCHES: dict[str, tuple[str, bool]] = {
@@ -167,6 +172,8 @@ _SWITCHES: dict[str, tuple[str, bool]] = {
     "--enable-prefix-caching": ("enable_prefix_caching", True),
     "--no-enable-prefix-caching": ("enable_prefix_caching", False),
     "--enable-expert-parallel": ("enable_expert_parallel", True),
+    "--enable-lora": ("enable_lora", True),
+    "--no-enable-lora": ("enable_lora", False),
     "-ep": ("enable_expert_parallel", True),
     "--no-enable-expert-parallel": ("enable_expert_parallel", False),
 }
@@ -291,6 +298,13 @@ def command_from_values(model: str, raw: dict[str, Any]) -> VllmCommand:
         from servefit.adapters.speculative_config import read_speculative_config
 
         settings["speculative"] = read_speculative_config(settings.pop("speculative_config"))
+    if any(k in settings for k in ("enable_lora", "max_loras", "max_lora_rank")):
+        from servefit.core.lora import LoraSettings
+
+        enabled = settings.pop("enable_lora", False)
+        sizes = {k: settings.pop(k) for k in ("max_loras", "max_lora_rank") if k in settings}
+        if enabled:
+            settings["lora"] = LoraSettings(**sizes)
     is_auto = settings.get("max_model_len") == -1
     if is_auto:
         del settings["max_model_len"]

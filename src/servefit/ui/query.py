@@ -123,6 +123,9 @@ FIELDS: dict[str, Callable[[str, str], Any]] = {
     "enable-prefix-caching": _bool,
     "enforce-eager": _bool,
     "enable-expert-parallel": _bool,
+    "enable-lora": _bool,
+    "max-loras": _int,
+    "max-lora-rank": _int,
     "dtype": _choice(DTYPES),
     "quantization": _choice(("fp8",)),
     "speculative-config": _speculative,
@@ -212,6 +215,7 @@ def deployment_for(q: PageQuery, model: str | None = None) -> Any:
     """The :class:`Deployment` the query describes, built as ``servefit plan`` builds it from
     the same flags (the same defaults; the workload judged when any workload field is given)."""
     from servefit.app.deployment import CapacityTarget, Deployment, Hardware, default_workload
+    from servefit.core.lora import lora_settings
     from servefit.core.metrics import Slo
     from servefit.core.plan import ServeSettings
 
@@ -228,6 +232,7 @@ def deployment_for(q: PageQuery, model: str | None = None) -> Any:
         enable_prefix_caching=g("enable-prefix-caching"),  # left out: vLLM's default
         enforce_eager=g("enforce-eager", False),
         enable_expert_parallel=g("enable-expert-parallel", False),
+        lora=lora_settings(g("enable-lora", False), g("max-loras"), g("max-lora-rank")),
         dtype=g("dtype", "auto"),
         quantization=g("quantization"),
         speculative=_read_speculative(g("speculative-config")),

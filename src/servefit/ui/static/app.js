@@ -9,7 +9,8 @@ const FIELDS = [
   "pipeline-parallel-size", "max-model-len", "max-num-seqs", "max-num-batched-tokens",
   "gpu-memory-utilization", "kv-cache-dtype", "dtype", "quantization", "speculative-config",
   "acceptance-rate", "enable-prefix-caching",
-  "enforce-eager", "enable-expert-parallel", "input-len", "output-len", "concurrency", "request-rate", "prefix-len", "turns",
+  "enforce-eager", "enable-expert-parallel", "enable-lora", "max-loras", "max-lora-rank",
+  "input-len", "output-len", "concurrency", "request-rate", "prefix-len", "turns",
   "context", "target-concurrency", "slo-ttft-ms", "slo-tpot-ms", "usd-per-gpu-hour", "offline",
 ];
 // a control's value that is the CLI's default is left out of the URL
