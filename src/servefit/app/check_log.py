@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from servefit.adapters.vllm_log import LogFact, Refusal, StartupLog, refusal_detail
+from servefit.adapters.vllm_settings import serve_fields
 from servefit.app.deployment import Deployment, Hardware
 from servefit.app.plan import PlanOutcome, capacity_for, plan_deployment
 from servefit.app.resolve import Resolved, load_calibration_for
@@ -38,23 +39,6 @@ QUANTITIES = (
     "kv_padding_layers",
 )
 DOWNSTREAM_OF_KV = frozenset({"kv_cache_tokens", "max_concurrency"})
-# vLLM's non-default args (engine/arg_utils.py field names) that ServeSettings models
-_SETTING_KEYS = (
-    "tensor_parallel_size",
-    "pipeline_parallel_size",
-    "max_model_len",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "gpu_memory_utilization",
-    "kv_cache_dtype",
-    "kv_cache_memory_bytes",
-    "block_size",
-    "enable_prefix_caching",
-    "enforce_eager",
-    "dtype",
-    "quantization",
-    "enable_expert_parallel",
-)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -197,7 +181,7 @@ def compare_log(
 def settings_from_log(log: StartupLog) -> dict[str, Any]:
     """The ServeSettings fields the log states (its non-default args, its engine config)."""
     args = log.non_default_args
-    out = {key: args[key] for key in _SETTING_KEYS if args.get(key) is not None}
+    out = serve_fields(args)
     if "kv_cache_memory_bytes" not in out and "kv_cache_memory" in args:
         out["kv_cache_memory_bytes"] = args["kv_cache_memory"]
     explicit = log.first("kv_cache_memory_bytes")
@@ -205,15 +189,6 @@ def settings_from_log(log: StartupLog) -> dict[str, Any]:
         out["kv_cache_memory_bytes"] = explicit.value  # the CPU's given space is a setting
     if "max_model_len" not in out and log.value("max_model_len"):
         out["max_model_len"] = int(log.value("max_model_len"))
-    if args.get("enable_lora") is True:
-        from servefit.core.lora import LoraSettings
-
-        sizes = {k: args[k] for k in ("max_loras", "max_lora_rank") if isinstance(args.get(k), int)}
-        out["lora"] = LoraSettings(**sizes)
-    if isinstance(args.get("speculative_config"), dict):
-        from servefit.adapters.speculative_config import read_speculative_config
-
-        out["speculative"] = read_speculative_config(args["speculative_config"])
     version = log.engine_version
     if version:
         major, minor = parse_version(version)

@@ -10,6 +10,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from servefit.adapters.vllm_settings import DESTS, FIELD_OF
 from servefit.cli.options import (
     build_deployment,
     hardware_options,
@@ -19,30 +20,14 @@ from servefit.cli.options import (
 from servefit.cli.output import EXIT_FAILED, EXIT_OK, emit_json, fail
 from servefit.errors import InvalidArgumentError, ServefitError
 
-# click parameter -> ServeSettings field (the flags a user sets win over the log's)
-_SETTING_OF_PARAM = {
-    "kv_cache_memory": "kv_cache_memory_bytes",
-    "speculative_config": "speculative",
-    "enable_lora": "lora",
-}
+# click parameter -> ServeSettings field (the flags a user sets win over the log's): the
+# vLLM destinations servefit reads (one table, adapters/vllm_settings.py), the click spelling
+# of --kv-cache-memory-bytes, and --vllm-version
+_SETTING_OF_PARAM = {"kv_cache_memory": "kv_cache_memory_bytes", **FIELD_OF}
 _SERVE_PARAMS = (
-    "tensor_parallel_size",
-    "pipeline_parallel_size",
-    "max_model_len",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "gpu_memory_utilization",
-    "kv_cache_dtype",
+    *(dest for dest in DESTS if dest != "kv_cache_memory_bytes"),
     "kv_cache_memory",
-    "block_size",
-    "enable_prefix_caching",
-    "enforce_eager",
-    "dtype",
-    "quantization",
     "vllm_version",
-    "speculative_config",
-    "enable_expert_parallel",
-    "enable_lora",
 )
 
 

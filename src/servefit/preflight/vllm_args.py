@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from servefit.adapters.redact import is_secret_name
+from servefit.adapters.vllm_settings import DESTS, serve_fields
 from servefit.errors import InvalidArgumentError
 from servefit.units import parse_human_int
 
@@ -47,28 +48,8 @@ API_SERVER_MODULES = (
 )
 CLI_MODULE = "vllm.entrypoints.cli.main"
 
-# The ServeSettings fields the readers fill, each the `dest` of its vLLM flag.
-SETTING_FIELDS = (
-    "tensor_parallel_size",
-    "pipeline_parallel_size",
-    "max_model_len",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "gpu_memory_utilization",
-    "kv_cache_dtype",
-    "kv_cache_memory_bytes",
-    "block_size",
-    "mamba_ssm_cache_dtype",
-    "dtype",
-    "quantization",
-    "enable_prefix_caching",
-    "enforce_eager",
-    "speculative_config",
-    "enable_expert_parallel",
-    "enable_lora",
-    "max_loras",
-    "max_lora_rank",
-)
+# The vLLM destinations the readers fill (adapters/vllm_settings.py turns them into settings)
+SETTING_FIELDS = DESTS
 _BOOL_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "0", "1"})
 
 
@@ -293,18 +274,7 @@ def command_from_values(model: str, raw: dict[str, Any]) -> VllmCommand:
     """A :class:`VllmCommand` from the values a command line set, as vLLM's parser leaves
     them (None = the default, -1 for ``--max-model-len`` = fit to memory); both readers end
     here, so they represent a line the same way."""
-    settings = {k: v for k, v in raw.items() if k in SETTING_FIELDS and v is not None}
-    if "speculative_config" in settings:  # vLLM's JSON (a dict from its own parser)
-        from servefit.adapters.speculative_config import read_speculative_config
-
-        settings["speculative"] = read_speculative_config(settings.pop("speculative_config"))
-    if any(k in settings for k in ("enable_lora", "max_loras", "max_lora_rank")):
-        from servefit.core.lora import LoraSettings
-
-        enabled = settings.pop("enable_lora", False)
-        sizes = {k: settings.pop(k) for k in ("max_loras", "max_lora_rank") if k in settings}
-        if enabled:
-            settings["lora"] = LoraSettings(**sizes)
+    settings = serve_fields(raw)
     is_auto = settings.get("max_model_len") == -1
     if is_auto:
         del settings["max_model_len"]
