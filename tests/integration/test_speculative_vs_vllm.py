@@ -121,6 +121,41 @@ def test_bench_acceptance_is_the_servers_own(ngram_server, tmp_path):
     kept = 1 + sum(delta.get(f"pos_{i}", 0.0) for i in range(3)) / delta["drafts"]
     assert performance["speculation"]["expected_tokens_per_step"] == pytest.approx(kept)
     assert any("measured by the bench run" in a for a in performance["assumptions"])
+    # the report holds the run's acceptance beside the plan's, planned at the measured one
+    reported = CliRunner().invoke(
+        cli,
+        [
+            "report",
+            str(ngram_server.model_dir),
+            "--gpu",
+            "cpu",
+            "--max-model-len",
+            "4096",
+            "--speculative-config",
+            json.dumps(NGRAM),
+            "--bench",
+            str(tmp_path),
+            "--served-model-name",
+            ngram_server.served_model_name,
+            "--concurrency",
+            "2",
+            "--input-len",
+            "64",
+            "--output-len",
+            "48",
+            "--format",
+            "json",
+            "--no-history",
+        ],
+    )
+    assert reported.exit_code in (0, 1), reported.output
+    report = json.loads(reported.output)
+    assert report["measured"]["spec_mean_acceptance_length"] == pytest.approx(
+        1 + delta["accepted"] / delta["drafts"]
+    )
+    assert report["plan"]["performance"]["speculation"]["expected_tokens_per_step"] == (
+        pytest.approx(kept)
+    )
     console = Console(record=True, width=200)
     render_bench(result, console)
     assert f"speculative decoding: {delta['drafts']:,.0f} drafts" in console.export_text()

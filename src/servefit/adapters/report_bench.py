@@ -202,4 +202,12 @@ def measured_section(
             RecordGroup(label=label, ttft_values_s=v[0], tpot_values_s=v[1])
             for label, v in ((k, _values(r)) for k, r in (groups or {}).items())
         ],
+        spec_mean_acceptance_length=result.server_metrics.get("spec_decode_mean_acceptance_length"),
+        spec_acceptance_per_position=_positions(result.server_metrics),
     )
+
+
+def _positions(metrics: dict[str, float]) -> list[float]:
+    prefix = "spec_decode_acceptance_pos_"
+    found = {int(k[len(prefix) :]): v for k, v in metrics.items() if k.startswith(prefix)}
+    return [found.get(i, 0.0) for i in range(max(found) + 1)] if found else []

@@ -57,6 +57,9 @@ class MeasuredSection(FrozenDoc):
     output_tokens_mean: float | None = None
     cached_tokens_mean: float | None = None  # None: the server did not say
     groups: list[RecordGroup] = field(default_factory=list)  # cold and warm, when compared
+    # speculative decoding, from vLLM's counters over the run (None: no drafts)
+    spec_mean_acceptance_length: float | None = None
+    spec_acceptance_per_position: list[float] = field(default_factory=list)
 
 
 class GpuSeries(FrozenDoc):

@@ -124,6 +124,20 @@ def checklist_rows(doc: ReportDocument) -> dict[str, list[tuple[str, str]]]:
                     f"per session; decode unchanged ({ms(perf.agent.total_decode_s)})",
                 )
             )
+        if perf.speculation is not None:
+            g = perf.speculation
+            line = (
+                f"{g['expected_tokens_per_step']:.2f} tokens a step planned "
+                f"(TPOT {ms(perf.tpot_batch1_s)} against {ms(g['tpot_batch1_without_s'])} "
+                "without, at batch 1)"
+            )
+            if meas is not None and meas.spec_mean_acceptance_length is not None:
+                per_position = " / ".join(f"{v:.2f}" for v in meas.spec_acceptance_per_position)
+                line += (
+                    f"; measured {meas.spec_mean_acceptance_length:.2f} (per position "
+                    f"{per_position})"
+                )
+            scaling.append(("speculative decoding", line))
         if p.scaling is not None and p.scaling.best:
             scaling.append(
                 (

@@ -57,6 +57,24 @@ def _measured_inputs(base: CostInputs, measured: MeasuredSection | None) -> Cost
     )
 
 
+def _with_measured_acceptance(d: Deployment, req: ReportRequest) -> Deployment:
+    """A speculative deployment measured by the bench run is predicted at the acceptance the
+    run measured (as ``--acceptance-from RUN``), unless the user gave one."""
+    if (
+        req.bench_dir is None
+        or d.settings.speculative is None
+        or d.acceptance_rate is not None
+        or d.acceptance_from is not None
+    ):
+        return d
+    from servefit.adapters import report as rep
+
+    result, _ = rep.load_bench(Path(req.bench_dir))
+    if "spec_decode_mean_acceptance_length" not in result.server_metrics:
+        return d
+    return replace(d, acceptance_from=str(req.bench_dir))
+
+
 def report_deployment(
     d: Deployment, req: ReportRequest, *, resolved: Resolved | None = None
 ) -> ReportDocument:
@@ -67,6 +85,7 @@ def report_deployment(
     from servefit.adapters.plan_document import outcome_document
     from servefit.monitor.nvml import read_samples
 
+    d = _with_measured_acceptance(d, req)
     outcome = plan_deployment(d, resolved=resolved)
     plan, perf, gpu = outcome.capacity, outcome.performance, outcome.resolved.gpu
     doc = outcome_document(outcome)
