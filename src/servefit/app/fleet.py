@@ -115,6 +115,7 @@ def evaluate(
         tensor_parallel_size=o.tp,
         pipeline_parallel_size=o.pp,
         expert_parallel=o.ep,
+        speculative_config=o.speculative.given_json if o.speculative else None,
         quantization=o.quantization,
         kv_cache_dtype=o.kv_cache_dtype,
         max_num_seqs=s.plan.settings.max_num_seqs,
@@ -216,6 +217,12 @@ class _Search:
         spec = loaded.spec
         shape = Shape.of(request.workload, longest_request_tokens(request.workload))
         largest = request.max_gpus or 2 * request.gpus_per_node
+        acceptance = None
+        if request.speculative is not None:
+            from servefit.adapters.acceptance import acceptance_for
+
+            sc = request.speculative
+            acceptance = acceptance_for(sc.method, sc.k, request.acceptance_rate)
         for gpu, price, source in gpus:
             if price is None:
                 self.skipped.append(f"{gpu.name}: no price in the catalog")
@@ -232,6 +239,7 @@ class _Search:
                 max_gpus_per_replica=largest,
                 gpus_per_node=request.gpus_per_node,
                 allow_fp8=request.allow_fp8,
+                speculative=request.speculative,
             ):
                 self.count(options=1)
                 got = screen(
@@ -243,6 +251,7 @@ class _Search:
                     tpot_limit_s=request.slo.slo.tpot_s,
                     vllm_version=request.vllm_version,
                     mamba_ssm_dtype=loaded.mamba_ssm_dtype,
+                    acceptance=acceptance,
                 )
                 if isinstance(got, Dropped):
                     self.drop(spec.name, got)

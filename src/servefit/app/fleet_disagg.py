@@ -161,6 +161,7 @@ def evaluate_pools(pools: PoolPlan, ev: Evaluator) -> Candidate:
         tensor_parallel_size=o.tp,
         pipeline_parallel_size=o.pp,
         expert_parallel=o.ep,
+        speculative_config=o.speculative.given_json if o.speculative else None,
         quantization=o.quantization,
         kv_cache_dtype=o.kv_cache_dtype,
         max_num_seqs=d.plan.settings.max_num_seqs,

@@ -26,6 +26,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+from servefit.core import drafter
 from servefit.core.fleet import decode_batch_limit
 from servefit.core.hardware import GpuSpec
 from servefit.core.model_spec import ModelSpec
@@ -34,6 +35,8 @@ from servefit.core.perf import blocks_counter, prefill_time_s
 from servefit.core.plan import CapacityPlan, ServeSettings, plan_capacity
 from servefit.core.roofline import EfficiencyProfile, step_time
 from servefit.core.scaling import candidate_layouts
+from servefit.core.speculative import Acceptance, Speculation, SpeculativeConfig
+from servefit.core.speculative_timing import speculative_timer
 from servefit.core.workload import Workload
 from servefit.errors import ServefitError
 
@@ -56,6 +59,7 @@ class Option:
     ep: bool
     quantization: str | None  # None: the checkpoint's weights
     kv_cache_dtype: str
+    speculative: SpeculativeConfig | None = None  # recommend --speculative-config, tried
 
     @property
     def num_gpus(self) -> int:
@@ -64,7 +68,9 @@ class Option:
     @property
     def layout(self) -> str:
         text = f"TP{self.tp}" + (f"xPP{self.pp}" if self.pp > 1 else "")
-        return text + ("+EP" if self.ep else "")
+        text += "+EP" if self.ep else ""
+        sc = self.speculative
+        return text + (f"+{sc.method.value}(k={sc.k})" if sc is not None else "")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,6 +91,7 @@ class Screened:
     prefill_tok_per_s: float  # full-chunk prefill rate (for disaggregated prefill pools)
     decode_rate_per_s: float  # requests/s decoding alone at decode_batch (decode pools)
     decode_batch_s: float  # one decode step at decode_batch
+    speculation: Speculation | None = None  # the option speculates: how its steps are timed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,9 +116,12 @@ def options_for(
     max_gpus_per_replica: int,
     gpus_per_node: int,
     allow_fp8: bool = True,
+    speculative: SpeculativeConfig | None = None,
 ) -> Iterator[Option]:
     """TP in powers of two within a node, PP across nodes when TP fills one (x EP for a
-    MoE), x weight format x KV dtype (``allow_fp8=False``: the checkpoint's and auto only)."""
+    MoE), x weight format x KV dtype (``allow_fp8=False``: the checkpoint's and auto only),
+    x with and without ``speculative``."""
+    drafts: list[SpeculativeConfig | None] = [None] if speculative is None else [None, speculative]
     quants: list[str | None] = [None]
     kvs = ["auto"]
     if allow_fp8 and has_fp8(gpu):
@@ -125,14 +135,16 @@ def options_for(
                 continue
             for quant in quants:
                 for kv in kvs:
-                    yield Option(
-                        gpu=gpu,
-                        tp=layout.tp,
-                        pp=layout.pp,
-                        ep=layout.ep,
-                        quantization=quant,
-                        kv_cache_dtype=kv,
-                    )
+                    for draft in drafts:
+                        yield Option(
+                            gpu=gpu,
+                            tp=layout.tp,
+                            pp=layout.pp,
+                            ep=layout.ep,
+                            quantization=quant,
+                            kv_cache_dtype=kv,
+                            speculative=draft,
+                        )
         size *= 2
 
 
@@ -170,8 +182,10 @@ def screen(
     tpot_limit_s: float | None,
     vllm_version: str,
     mamba_ssm_dtype: str | None = None,
+    acceptance: Acceptance | None = None,
 ) -> Screened | Dropped:
-    """Stages 1-4 of the module docstring for one option."""
+    """Stages 1-4 of the module docstring for one option (``acceptance``: of its drafts,
+    when it speculates)."""
     settings = ServeSettings(
         tensor_parallel_size=option.tp,
         pipeline_parallel_size=option.pp,
@@ -179,6 +193,8 @@ def screen(
         quantization=option.quantization,
         kv_cache_dtype=option.kv_cache_dtype,
         vllm_version=vllm_version,
+        speculative=option.speculative,
+        enable_expert_parallel=option.ep,
     )
     plan = _plan(spec, option, settings, mamba_ssm_dtype)
     if isinstance(plan, Dropped):
@@ -197,7 +213,18 @@ def screen(
     ttft += profile.request_overhead_s
     mid = shape.input_len + shape.output_len // 2
 
+    speculation = None
+    if option.speculative is not None:  # the drafter runs on the GPU only for MTP here
+        speculation = Speculation(
+            config=option.speculative,
+            acceptance=acceptance or Acceptance(per_position=(0.0,), source="none given"),
+            draft=drafter.timing_spec(plan.model, option.speculative, None),
+        )
+        timer = speculative_timer(m, option.gpu, profile, speculation, option.kv_cache_dtype)
+
     def decode_s(batch: int) -> float:
+        if speculation is not None:
+            return timer(decode_step(batch, mid)).time_s
         return step_time(m, decode_step(batch, mid), option.gpu, profile).time_s
 
     tpot = decode_s(1)
@@ -242,6 +269,7 @@ def screen(
         prefill_tok_per_s=1.0 / prefill_s_per_token,
         decode_rate_per_s=batch / (shape.output_len * decode_s(batch)),
         decode_batch_s=decode_s(batch),
+        speculation=speculation,
     )
 
 

@@ -14,6 +14,7 @@ from servefit.core.hardware import GpuSpec
 from servefit.core.perf import simulate_load
 from servefit.core.plan import ServeSettings
 from servefit.core.serving import LoadResult
+from servefit.core.speculative import SpeculativeConfig
 from servefit.core.workload import Workload
 from servefit.errors import InvalidArgumentError
 
@@ -41,8 +42,21 @@ class FleetRequest:
     top: int = 5  # fleets simulated in full before the cost bound prunes the rest
     allow_hub: bool = True
     vllm_version: str = DEFAULT_VLLM_VERSION
+    # tried with and without on every option (n-gram, suffix or the checkpoint's MTP layers),
+    # at --acceptance-rate or the method's published acceptance
+    speculative: SpeculativeConfig | None = None
+    acceptance_rate: float | None = None
 
     def __post_init__(self) -> None:
+        sc = self.speculative
+        if sc is not None and sc.method.needs_draft_config:
+            raise InvalidArgumentError(
+                f"recommend --speculative-config: the {sc.method.value} method needs its draft "
+                "checkpoint's config for every model searched; recommend tries n-gram, suffix "
+                "and the checkpoint's own MTP layers (plan a draft with servefit plan)"
+            )
+        if self.acceptance_rate is not None and sc is None:
+            raise InvalidArgumentError("--acceptance-rate needs --speculative-config")
         if not self.models:
             raise InvalidArgumentError("name at least one MODEL")
         if self.max_gpus is not None and self.max_gpus < 1:
@@ -81,6 +95,7 @@ class Candidate:
     kv_cache_dtype: str
     max_num_seqs: int
     gpus_per_replica: int
+    speculative_config: str | None = None  # the --speculative-config the fleet runs with
     replicas: int  # aggregated: replicas; disaggregated: prefill + decode instances
     prefill_replicas: int = 0
     decode_replicas: int = 0
@@ -189,7 +204,7 @@ class Evaluator:
     def load_at(self, s: Screened, load: float) -> LoadResult:
         self.num_simulations += 1
         w = sim_workload(self.request.workload, load, s.plan.settings.max_num_seqs)
-        return simulate_load(s.plan, s.coeffs, s.profile, w)
+        return simulate_load(s.plan, s.coeffs, s.profile, w, speculation=s.speculation)
 
     def check_at(self, s: Screened, load: float, seen: dict[float, LoadResult]) -> SloCheck:
         result = self.load_at(s, load)

@@ -69,6 +69,16 @@ from servefit.errors import InvalidArgumentError, ServefitError
     help="Fleets simulated in full before the cost bound prunes the rest; rows shown.",
 )
 @click.option("--vllm-version", default=None, help="vLLM version whose accounting to mirror.")
+@click.option(
+    "--speculative-config",
+    help="Try every option with and without this speculative decoding (vLLM's JSON: n-gram, "
+    "suffix or the checkpoint's MTP layers).",
+)
+@click.option(
+    "--acceptance-rate",
+    type=FINITE_FLOAT,
+    help="The drafts' per-token acceptance (0 to 1) [the method's published figure].",
+)
 @click.option("--offline", is_flag=True, help="Never contact the Hugging Face Hub.")
 @click.option(
     "--emit",
@@ -152,6 +162,12 @@ def fleet_request(models: tuple[str, ...], flags: dict[str, Any]) -> Any:
     if [n.lower() for n in names] != ["all"]:
         catalog = gpu_catalog()
         gpus = tuple(catalog.get(n).name for n in names)  # an unknown name: exit 2
+    version = modelled_vllm_version(flags["vllm_version"])
+    speculative = None
+    if flags["speculative_config"] is not None:
+        from servefit.adapters.speculative_config import read_speculative_config
+
+        speculative = read_speculative_config(flags["speculative_config"], version)
     return FleetRequest(
         models=models,
         workload=workload,
@@ -169,5 +185,7 @@ def fleet_request(models: tuple[str, ...], flags: dict[str, Any]) -> Any:
         success_rate=flags["success_rate"],
         top=flags["top"],
         allow_hub=not flags["offline"],
-        vllm_version=modelled_vllm_version(flags["vllm_version"]),
+        vllm_version=version,
+        speculative=speculative,
+        acceptance_rate=flags["acceptance_rate"],
     )
