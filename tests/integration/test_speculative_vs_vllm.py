@@ -94,27 +94,14 @@ def test_bench_acceptance_is_the_servers_own(ngram_server, tmp_path):
     saved = json.loads((tmp_path / "summary.json").read_text())
     assert saved["server_metrics"]["spec_decode_drafts"] == delta["drafts"]
     # the run's acceptance, planned with: the plan states it and times its steps with it
+    deployment = [
+        str(ngram_server.model_dir),
+        *("--gpu", "cpu", "--max-model-len", "4096", "--speculative-config", json.dumps(NGRAM)),
+        *("--input-len", "64", "--output-len", "48"),
+    ]
     planned = CliRunner().invoke(
         cli,
-        [
-            "plan",
-            str(ngram_server.model_dir),
-            "--gpu",
-            "cpu",
-            "--max-model-len",
-            "4096",
-            "--speculative-config",
-            json.dumps(NGRAM),
-            "--acceptance-from",
-            str(tmp_path),
-            "--concurrency",
-            "1",
-            "--input-len",
-            "64",
-            "--output-len",
-            "48",
-            "--json",
-        ],
+        ["plan", *deployment, "--acceptance-from", str(tmp_path), "--concurrency", "1", "--json"],
     )
     assert planned.exit_code in (0, 1), planned.output
     performance = json.loads(planned.output)["performance"]
@@ -126,26 +113,9 @@ def test_bench_acceptance_is_the_servers_own(ngram_server, tmp_path):
         cli,
         [
             "report",
-            str(ngram_server.model_dir),
-            "--gpu",
-            "cpu",
-            "--max-model-len",
-            "4096",
-            "--speculative-config",
-            json.dumps(NGRAM),
-            "--bench",
-            str(tmp_path),
-            "--served-model-name",
-            ngram_server.served_model_name,
-            "--concurrency",
-            "2",
-            "--input-len",
-            "64",
-            "--output-len",
-            "48",
-            "--format",
-            "json",
-            "--no-history",
+            *deployment,
+            *("--bench", str(tmp_path), "--served-model-name", ngram_server.served_model_name),
+            *("--concurrency", "2", "--format", "json", "--no-history"),
         ],
     )
     assert reported.exit_code in (0, 1), reported.output
