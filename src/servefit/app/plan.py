@@ -84,8 +84,6 @@ def predict(
     measured error of each of its figures for this deployment's group."""
     if not plan.starts:
         return None, "the engine does not start with these settings"
-    from dataclasses import replace
-
     from servefit.core.perf import plan_performance
 
     try:
@@ -180,8 +178,6 @@ def with_limit_sources(verdict: Verdict, resolved: Resolved) -> Verdict:
     """Name where the model's own limits come from (a catalog entry, a config file, the Hub)
     beside the reason that cites one, so a user who ran a sibling checkpoint with a longer
     context sees which file set the limit."""
-    from dataclasses import replace
-
     loaded = resolved.loaded
     where = {
         "catalog": f"the bundled entry for {resolved.model_id} ({loaded.source})",

@@ -26,6 +26,7 @@ from servefit.core.roofline import peak_flops_per_s
 
 if TYPE_CHECKING:
     from servefit.adapters.report import MeasuredSection, ReportDocument
+    from servefit.bench.runner import BenchResult
     from servefit.core.cost import CostInputs
 
 
@@ -57,20 +58,18 @@ def _measured_inputs(base: CostInputs, measured: MeasuredSection | None) -> Cost
     )
 
 
-def _with_measured_acceptance(d: Deployment, req: ReportRequest) -> Deployment:
+def _with_measured_acceptance(
+    d: Deployment, req: ReportRequest, result: BenchResult | None
+) -> Deployment:
     """A speculative deployment measured by the bench run is predicted at the acceptance the
     run measured (as ``--acceptance-from RUN``), unless the user gave one."""
     if (
-        req.bench_dir is None
+        result is None
         or d.settings.speculative is None
         or d.acceptance_rate is not None
         or d.acceptance_from is not None
+        or "spec_decode_mean_acceptance_length" not in result.server_metrics
     ):
-        return d
-    from servefit.adapters import report as rep
-
-    result, _ = rep.load_bench(Path(req.bench_dir))
-    if "spec_decode_mean_acceptance_length" not in result.server_metrics:
         return d
     return replace(d, acceptance_from=str(req.bench_dir))
 
@@ -85,15 +84,17 @@ def report_deployment(
     from servefit.adapters.plan_document import outcome_document
     from servefit.monitor.nvml import read_samples
 
-    d = _with_measured_acceptance(d, req)
+    result = records = None
+    if req.bench_dir:
+        result, records = rep.load_bench(Path(req.bench_dir))
+    d = _with_measured_acceptance(d, req, result)
     outcome = plan_deployment(d, resolved=resolved)
     plan, perf, gpu = outcome.capacity, outcome.performance, outcome.resolved.gpu
     doc = outcome_document(outcome)
     measured = samples = None
     gpu_samples = req.gpu_samples
-    if req.bench_dir:
+    if req.bench_dir and result is not None and records is not None:
         bench = Path(req.bench_dir)
-        result, records = rep.load_bench(bench)
         groups = rep.load_groups(bench)
         measured = rep.measured_section(result, records, source=str(req.bench_dir), groups=groups)
         default_samples = bench / "gpu_samples.jsonl"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from servefit.core.model_spec import AttentionSpec, LayerSpec, MlaSpec, ModelSpec
+from servefit.core.model_spec import AttentionSpec, LayerSpec, ModelSpec
 from servefit.core.speculative import (
     FLAG,
     DraftNetwork,
@@ -60,12 +60,10 @@ def with_drafter_layers(spec: ModelSpec, layers: tuple[LayerSpec, ...]) -> Model
 def _attention_widths(layer: LayerSpec) -> int:
     """Output features of a layer's q, k and v projections (what EAGLE-3's wider input adds)."""
     m = layer.mixer
-    if isinstance(m, AttentionSpec):
-        v_dim = m.v_head_dim or m.head_dim
-        return m.num_q_heads * m.head_dim + m.num_kv_heads * (m.head_dim + v_dim)
-    if isinstance(m, MlaSpec):
-        return 0  # no MLA EAGLE heads are planned
-    return 0
+    if not isinstance(m, AttentionSpec):  # no MLA or state-layer EAGLE heads are planned
+        return 0
+    v_dim = m.v_head_dim or m.head_dim
+    return m.num_q_heads * m.head_dim + m.num_kv_heads * (m.head_dim + v_dim)
 
 
 def weight_bytes_per_gpu(
