@@ -100,16 +100,19 @@ def test_state_models_before_0_10_are_refused_not_planned_as_v1(catalog_model, g
         _plan(catalog_model, gpu, "ibm-granite/granite-4.0-h-tiny", "H100-SXM", "0.9")
 
 
-def test_a_v0_release_is_refused_with_the_first_it_mirrors():
+def test_a_release_before_the_v0_engine_it_mirrors_is_refused():
     from click.testing import CliRunner
 
     from servefit.cli.main import cli
 
-    result = CliRunner().invoke(
-        cli, ["plan", "Qwen/Qwen3-8B", "--gpu", "H100", "--offline", "--vllm-version", "0.7"]
-    )
-    assert result.exit_code == 2
-    assert "V0 engine" in result.output and "--vllm-version 0.8" in result.output
+    def run(version: str):
+        argv = ["plan", "Qwen/Qwen3-8B", "--gpu", "H100", "--offline", "--vllm-version", version]
+        return CliRunner().invoke(cli, argv)
+
+    assert run("0.4.3").exit_code == 2
+    assert "--vllm-version 0.5" in run("0.4.3").output
+    v0 = run("0.7")  # the V0 engine is planned (core/engine_v0.py)
+    assert v0.exit_code == 0 and "vLLM 0.7.3" in v0.output
 
 
 def test_the_token_count_comes_from_the_concurrency_from_0_21(catalog_model, gpu):

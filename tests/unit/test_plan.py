@@ -113,7 +113,7 @@ def test_tp_must_divide_heads(catalog_model, gpu):
         ({"max_model_len": 0}, "--max-model-len must be a positive integer"),
         ({"tensor_parallel_size": -2}, "--tensor-parallel-size must be a positive integer"),
         ({"vllm_version": "latest"}, "not a version number"),
-        ({"vllm_version": "0.6"}, "V1 engine"),
+        ({"vllm_version": "0.4"}, "from 0.5"),
         ({"quantization": "awq"}, "needs a checkpoint quantized that way"),
         ({"dtype": "float7"}, "unknown dtype"),
     ],

@@ -357,15 +357,16 @@ def plan_document(
             bytes_per_block=plan.layout.bytes_per_block,
             kv_cache_groups=len(plan.layout.groups),
             kv_cache_tokens=plan.kv_cache_tokens,
-            kv_cache_tokens_definition=(
-                "vLLM's 'GPU KV cache size': int(max_concurrency x max_model_len)"
-                if plan.behaviour.is_token_count_from_concurrency
-                else "vLLM's 'GPU KV cache size': num_blocks // num_kv_cache_groups x block_size"
-            ),
+            kv_cache_tokens_definition=_tokens_definition(plan),
             max_concurrency=plan.max_concurrency,
             max_concurrency_definition=(
-                "vLLM's 'Maximum concurrency for max_model_len tokens per request': num_blocks / "
-                "blocks one request of max_model_len needs across all KV-cache groups"
+                "vLLM's 'Maximum concurrency for max_model_len tokens per request': "
+                + (
+                    "num_blocks x block_size / max_model_len"
+                    if plan.behaviour.is_concurrency_from_tokens
+                    else "num_blocks / blocks one request of max_model_len needs across all "
+                    "KV-cache groups"
+                )
             ),
             largest_max_model_len=plan.largest_max_model_len,
             concurrency_at_context=plan.concurrency_at_context,
@@ -398,6 +399,14 @@ def _weights(plan: CapacityPlan) -> WeightBytes:
         capability=plan.gpu.compute_capability_tuple,
         has_triton_kernels=plan.behaviour.ships_triton_kernels,
     )
+
+
+def _tokens_definition(plan: CapacityPlan) -> str:
+    if plan.behaviour.is_v0_engine:  # V0 prints "# GPU blocks: N"
+        return "the V0 engine's '# GPU blocks' x block_size (V0 prints the blocks)"
+    if plan.behaviour.is_token_count_from_concurrency:
+        return "vLLM's 'GPU KV cache size': int(max_concurrency x max_model_len)"
+    return "vLLM's 'GPU KV cache size': num_blocks // num_kv_cache_groups x block_size"
 
 
 def _checkpoint_weights_per_gpu(plan: CapacityPlan) -> int | None:

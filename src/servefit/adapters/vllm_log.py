@@ -29,6 +29,13 @@ kv_cache_tokens              ``GPU KV cache size: 476,016 tokens`` (0.10-0.31, i
 max_concurrency              ``Maximum concurrency for 8,192 tokens per request: 58.11x``
 block_size                   ``Setting attention block size to 2096 tokens`` (hybrids);
                              ``'block_size': 32`` in the non-default args
+V0 engine (0.5-0.7)          ``args: Namespace(...)`` (every argument, the flags read from it);
+                             ``Loading model weights took 14.9888 GB`` (GiB); 0.6.4's
+                             ``Memory profiling results: total_gpu_memory=... kv_cache_size=X``
+                             and 0.6.5+'s ``the rest of the memory reserved for KV Cache is
+                             X``; ``# GPU blocks: N`` (``# CUDA blocks``, ``# cuda blocks``:
+                             ``kv_cache_blocks``); the refusal ``max seq len (N) is larger
+                             than the maximum number of tokens that can be stored``
 refusals                     OOM (``torch.OutOfMemoryError``, ``CUDA out of memory``), ``No
                              available memory for the cache blocks``, ``To serve at least one
                              request with the model's max seq len``, ``max_num_seqs (M)
@@ -107,17 +114,38 @@ def _half_unit(text: str) -> float:
 
 _VERSION_RES = (
     re.compile(r"vLLM (?:API )?server version v?(?P<v>\d+\.\d+[\w.+-]*)"),
-    re.compile(r"Initializing a V1 LLM engine \(v(?P<v>\d+\.\d+[\w.+-]*)\)"),
+    re.compile(r"Initializing an? (?:V1 )?LLM engine \(v(?P<v>\d+\.\d+[\w.+-]*)\)"),
     re.compile(r"\bversion (?P<v>\d+\.\d+\.\d+[\w.+-]*)\s*$"),  # the 0.3x banner
 )
 _BANNER_MODEL_RE = re.compile(r"\bmodel\s{2,}(?P<model>\S+)\s*$")
 _SERVING_MODEL_RE = re.compile(r"serving model (?P<model>\S+)")
 _NON_DEFAULT_RE = re.compile(r"non-default args: (?P<args>\{.*\})\s*$")
-_ENGINE_MODEL_RE = re.compile(r"Initializing a V1 LLM engine .*?\bmodel='(?P<model>[^']*)'")
-_DTYPE_RE = re.compile(r"Initializing a V1 LLM engine .*?\bdtype=torch\.(?P<dtype>\w+)")
-_MAX_SEQ_LEN_RE = re.compile(rf"Initializing a V1 LLM engine .*?\bmax_seq_len=(?P<len>{_INT})")
-_LOADING_RE = re.compile(rf"Model loading took (?P<gib>{_DEC}) ?GiB")
-_AVAILABLE_KV_RE = re.compile(rf"Available KV cache memory: (?P<gib>{_DEC}) ?GiB")
+# the engine's config line: "Initializing a V1 LLM engine (v0.10.0) with config: ..." (V1),
+# "Initializing an LLM engine (v0.6.4) with config: ..." (V0, llm_engine.py)
+_ENGINE = r"Initializing an? (?:V1 )?LLM engine"
+_ENGINE_MODEL_RE = re.compile(rf"{_ENGINE} .*?\bmodel='(?P<model>[^']*)'")
+_DTYPE_RE = re.compile(rf"{_ENGINE} .*?\bdtype=torch\.(?P<dtype>\w+)")
+_MAX_SEQ_LEN_RE = re.compile(rf"{_ENGINE} .*?\bmax_seq_len=(?P<len>{_INT})")
+# V0 and 0.8's api_server print every argument: "args: Namespace(model='...', ...)"
+_NAMESPACE_RE = re.compile(r"\bargs: Namespace\((?P<args>.*)\)\s*$")
+_NAMESPACE_VALUE = (
+    r"'(?:[^'\\]|\\.){0,2000}'|\"(?:[^\"\\]|\\.){0,2000}\"|None|True|False|-?[\d.]{1,24}"
+)
+# "GB" in the V0 model runner of 0.8-0.10 (bytes / 2**30 all the same)
+_LOADING_RE = re.compile(rf"Model loading took (?P<gib>{_DEC}) ?Gi?B")
+# V0's model runner: "Loading model weights took 14.9888 GB" (the figure is GiB: bytes / 2**30)
+_V0_LOADING_RE = re.compile(rf"Loading model weights took (?P<gib>{_DEC}) ?GB")
+_AVAILABLE_KV_RE = re.compile(
+    rf"Available KV cache memory: (?P<gib>{_DEC}) ?GiB"
+    # V0 0.6.4 "Memory profiling results: ... kv_cache_size=3.81GiB"; 0.6.5-0.7 "the rest of
+    # the memory reserved for KV Cache is 14.65GiB" (worker.py)
+    rf"|\bkv_cache_size=(?P<gib04>{_DEC})GiB|reserved for KV Cache is (?P<gib05>{_DEC}) ?GiB"
+)
+_V0_TOTAL_RE = re.compile(
+    rf"\btotal_gpu_memory=(?P<gib>{_DEC})GiB|total_gpu_memory \((?P<gib05>{_DEC})GiB\)"
+)
+# V0's executor: "# GPU blocks: 1952, # CPU blocks: 2048" ("# CUDA blocks" from 0.7)
+_V0_BLOCKS_RE = re.compile(rf"(?:# )?(?:GPU|CUDA|cuda) blocks: (?P<n>{_INT}), # CPU blocks")
 _CPU_KV_RE = re.compile(
     rf"(?P<how>Explicitly|Auto) set \((?P<gib>{_DEC})/(?P<total>{_DEC})\) GiB "
     r"for KV cache on node"
@@ -139,7 +167,11 @@ _REFUSALS: tuple[tuple[Refusal, re.Pattern[str]], ...] = (
     (Refusal.NO_KV_CACHE_MEMORY, re.compile(r"No available memory for the cache blocks")),
     (
         Refusal.MAX_MODEL_LEN_DOES_NOT_FIT,
-        re.compile(r"To serve at least one request with the models?'s max seq len"),
+        re.compile(
+            r"To serve at least one request with the models?'s max seq len"
+            # V0 worker.py raise_if_cache_size_invalid
+            r"|max seq len \(\d+\) is larger than the maximum number of tokens"
+        ),
     ),
     (Refusal.MAMBA_BLOCKS, re.compile(r"exceeds available Mamba cache blocks")),
     (
@@ -159,7 +191,10 @@ _REFUSALS: tuple[tuple[Refusal, re.Pattern[str]], ...] = (
         ),
     ),
 )
-_ESTIMATED_LEN_RE = re.compile(rf"estimated maximum model length is (?P<n>{_INT})")
+_ESTIMATED_LEN_RE = re.compile(
+    rf"estimated maximum model length is (?P<n>{_INT})"
+    rf"|tokens that can be stored in KV cache \((?P<v0>{_INT})\)"  # V0: the tokens it holds
+)
 _MAMBA_NUMBERS_RE = re.compile(
     rf"max_num_seqs \((?P<seqs>{_INT})\) exceeds available Mamba cache blocks "
     rf"\((?P<blocks>{_INT})\)"
@@ -205,6 +240,23 @@ def _literal_dict(text: str) -> dict[str, Any]:
     return value if isinstance(value, dict) and _is_plausible(value) else {}
 
 
+def namespace_args(text: str) -> dict[str, Any]:
+    """The arguments of an ``args: Namespace(...)`` line that servefit reads (every one is
+    printed, defaults too; a value that is not a plain literal is left out)."""
+    from servefit.adapters.vllm_settings import DESTS
+
+    out: dict[str, Any] = {}
+    for dest in ("model", *DESTS):
+        if m := re.search(rf"(?:^|[(, ]){dest}=(?P<v>{_NAMESPACE_VALUE})(?=[,)]|$)", text):
+            try:
+                value = ast.literal_eval(m.group("v"))
+            except (ValueError, SyntaxError):
+                continue
+            if value is not None and _is_plausible(value):
+                out[dest] = value
+    return out
+
+
 def read_line(line: str) -> tuple[LogFact, ...]:
     """Every fact one raw log line states (most lines state none)."""
     proc, msg = split_prefix(line)
@@ -230,14 +282,20 @@ def read_line(line: str) -> tuple[LogFact, ...]:
         add("non_default_args", args)
         if isinstance(args.get("block_size"), int):
             add("block_size", args["block_size"])
+    elif m := _NAMESPACE_RE.search(msg):
+        add("non_default_args", namespace_args(m.group("args")))
     if m := _DTYPE_RE.search(msg):
         add("dtype", m.group("dtype"))
     if m := _MAX_SEQ_LEN_RE.search(msg):
         add("max_model_len", int(m.group("len")))
-    if m := _LOADING_RE.search(msg):
+    if m := _LOADING_RE.search(msg) or _V0_LOADING_RE.search(msg):
         add("weights_bytes", *_gib(m.group("gib")))
     if m := _AVAILABLE_KV_RE.search(msg):
-        add("kv_cache_memory_bytes", *_gib(m.group("gib")))
+        add("kv_cache_memory_bytes", *_gib(m.group("gib") or m.group("gib04") or m.group("gib05")))
+    if m := _V0_TOTAL_RE.search(msg):
+        add("device_total_bytes", *_gib(m.group("gib") or m.group("gib05")))
+    if m := _V0_BLOCKS_RE.search(msg):
+        add("kv_cache_blocks", int(m.group("n")))
     if m := _CPU_KV_RE.search(msg):
         add("kv_cache_memory_bytes", *_gib(m.group("gib")))
         add("kv_cache_explicit", m.group("how") == "Explicitly")
@@ -335,7 +393,7 @@ def refusal_detail(fact: LogFact) -> dict[str, int]:
     """The numbers a refusal line carries (the engine's estimate of what would fit)."""
     out: dict[str, int] = {}
     if m := _ESTIMATED_LEN_RE.search(fact.line):
-        out["estimated_max_model_len"] = int(m.group("n"))
+        out["estimated_max_model_len"] = int(m.group("n") or m.group("v0"))
     if m := _MAMBA_NUMBERS_RE.search(fact.line):
         out["max_num_seqs"] = int(m.group("seqs"))
         out["mamba_cache_blocks"] = int(m.group("blocks"))

@@ -26,6 +26,7 @@ DIRECT = (
     "enable_prefix_caching",
     "enforce_eager",
     "enable_expert_parallel",
+    "enable_chunked_prefill",
 )
 # destinations folded into one ServeSettings field of another name
 FIELD_OF = {

@@ -21,7 +21,7 @@ from servefit.adapters.vllm_settings import serve_fields
 from servefit.app.deployment import Deployment, Hardware
 from servefit.app.plan import PlanOutcome, capacity_for, plan_deployment
 from servefit.app.resolve import Resolved, load_calibration_for
-from servefit.core.engine import parse_version
+from servefit.core.engine import FIRST_V1_VERSION, parse_release
 from servefit.core.engines import select_engine
 from servefit.core.engines.vllm_cpu import cpu_device
 from servefit.core.hardware import GpuSpec
@@ -34,11 +34,12 @@ QUANTITIES = (
     "weights_bytes",
     "kv_cache_memory_bytes",
     "kv_cache_tokens",
+    "kv_cache_blocks",  # the V0 engine's "# GPU blocks: N"
     "max_concurrency",
     "block_size",
     "kv_padding_layers",
 )
-DOWNSTREAM_OF_KV = frozenset({"kv_cache_tokens", "max_concurrency"})
+DOWNSTREAM_OF_KV = frozenset({"kv_cache_tokens", "kv_cache_blocks", "max_concurrency"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,6 +124,8 @@ def predicted_value(plan: CapacityPlan, quantity: str) -> float:
         return float(plan.memory.kv_cache_bytes)
     if quantity == "kv_cache_tokens":
         return float(plan.kv_cache_tokens)
+    if quantity == "kv_cache_blocks":
+        return float(plan.num_blocks)
     if quantity == "max_concurrency":
         return float(plan.max_concurrency)
     if quantity == "block_size":
@@ -190,9 +193,10 @@ def settings_from_log(log: StartupLog) -> dict[str, Any]:
     if "max_model_len" not in out and log.value("max_model_len"):
         out["max_model_len"] = int(log.value("max_model_len"))
     version = log.engine_version
-    if version:
-        major, minor = parse_version(version)
-        out["vllm_version"] = f"{major}.{minor}"
+    if version:  # a V0 release keeps its patch (0.6.4 measures memory unlike 0.6.3 and 0.6.5)
+        major, minor, patch = parse_release(version)
+        is_v0 = (major, minor) < FIRST_V1_VERSION
+        out["vllm_version"] = f"{major}.{minor}.{patch}" if is_v0 else f"{major}.{minor}"
     return out
 
 

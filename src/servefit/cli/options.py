@@ -100,6 +100,12 @@ SERVE_OPTIONS = [
         help="Prefix caching [default: vLLM's for the model: on, off for attention-free ones "
         "(pure Mamba)].",
     ),
+    click.option(
+        "--enable-chunked-prefill/--no-enable-chunked-prefill",
+        default=None,
+        help="Chunked prefill [default: vLLM's; the V0 engine (--vllm-version before 0.8) "
+        "chunks only past 32K tokens of context, V1 always].",
+    ),
     click.option("--enforce-eager", is_flag=True, help="No CUDA graphs."),
     click.option("--enable-lora", is_flag=True, help="Serve LoRA adapters (vLLM's slots)."),
     click.option("--max-loras", type=int, help="LoRA adapters in one batch (GPU slots) [1]."),
@@ -371,6 +377,7 @@ def pop_serve_settings(flags: dict[str, Any]) -> Any:
         block_size=flags.pop("block_size", None),
         mamba_ssm_cache_dtype=flags.pop("mamba_ssm_cache_dtype", "auto"),
         enable_prefix_caching=flags.pop("enable_prefix_caching", None),
+        enable_chunked_prefill=flags.pop("enable_chunked_prefill", None),
         enforce_eager=flags.pop("enforce_eager", False),
         dtype=flags.pop("dtype", "auto"),
         quantization=flags.pop("quantization", None),

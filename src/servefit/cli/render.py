@@ -155,7 +155,12 @@ def render_capacity(
             f"  Available KV cache memory: none: the budget is {_gib(-m.kv_cache_bytes)} short "
             f"({source})"
         )
-    console.print(f"  {device} KV cache size: {plan.kv_cache_tokens:,} tokens")
+    if plan.behaviour.is_v0_engine:  # V0 prints its blocks (worker.py / executor)
+        console.print(
+            f"  # {device} blocks: {plan.num_blocks:,} ({plan.kv_cache_tokens:,} tokens)"
+        )
+    else:
+        console.print(f"  {device} KV cache size: {plan.kv_cache_tokens:,} tokens")
     console.print(
         f"  Maximum concurrency for {r.max_model_len:,} tokens per request: "
         f"{plan.max_concurrency:.2f}x"

@@ -11,16 +11,23 @@ running the model rather than computing them. Each is stated as an assumption in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from servefit.core import engine_v0
 from servefit.errors import InvalidArgumentError
 from servefit.units import GIB_BYTES, MIB_BYTES
 
 DEFAULT_VLLM_VERSION = "0.33"
 # the first release whose default engine is V1 (v0.8.0: VLLM_USE_V1 defaults on); servefit
-# reads its accounting from the v0.8.5, v0.9.2, v0.10, v0.11.0, v0.32.0 and v0.33 sources
-OLDEST_VLLM_VERSION = (0, 8)
+# reads its accounting from the v0.8.5, v0.9.2, v0.10, v0.11.0, v0.32.0 and v0.33 sources.
+# Older releases run the V0 engine (core/engine_v0.py), from 0.5.
+FIRST_V1_VERSION = engine_v0.FIRST_V1_RELEASE[:2]
+OLDEST_VLLM_VERSION = engine_v0.OLDEST_V0_RELEASE[:2]
+# a V0 minor release named without its patch is read as its last patch (the 0.6 series
+# changed how the worker measures memory at 0.6.4 and 0.6.5)
+LAST_V0_PATCH = {(0, 5): 5, (0, 6): 6, (0, 7): 3}
 
 # Scheduler defaults for the OpenAI-compatible server (vllm/engine/arg_utils.py,
 # get_batch_defaults / _set_default_args): (max_num_batched_tokens, max_num_seqs).
@@ -79,14 +86,25 @@ CUDA_GRAPH_PER_LAYER_BYTES = int(0.016 * GIB_BYTES)
 
 def parse_version(version: str) -> tuple[int, int]:
     """ "0.19", "0.19.1", "v0.33.0" -> (major, minor)."""
+    major, minor, _ = parse_release(version)
+    return major, minor
+
+
+def parse_release(version: str) -> tuple[int, int, int]:
+    """ "0.6.4.post1" -> (0, 6, 4); "0.19" -> (0, 19, 0); "0.6" -> (0, 6, 6), a V0 minor
+    release's last patch (:data:`LAST_V0_PATCH`)."""
     text = version.strip().lstrip("v")
     parts = text.split(".")
     try:
-        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+        major, minor = int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
     except ValueError:
         raise InvalidArgumentError(
             f"--vllm-version {version!r} is not a version number like 0.19 or 0.33.0"
         ) from None
+    if len(parts) < 3:
+        return major, minor, LAST_V0_PATCH.get((major, minor), 0)
+    leading = re.match(r"\d+", parts[2])  # "4" of "4", "4rc1", "4+cu121"
+    return major, minor, int(leading.group()) if leading else 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,10 +147,17 @@ class VllmBehaviour:
     counts_distributed_init: bool = False
     # the dummy sampler sorts the logits for top-k/top-p (0.12-0.16: SORTED_SAMPLER_EXTRA_FACTOR)
     sorts_sampler_logits: bool = False
+    # the V0 engine's release (0.5.0-0.7.x; engine_v0.py), None for V1
+    v0_release: tuple[int, int, int] | None = None
+
+    @property
+    def is_v0_engine(self) -> bool:
+        return self.v0_release is not None
 
     @property
     def notes(self) -> tuple[str, ...]:
-        notes = [f"mirrors vLLM {self.version} (V1 engine) startup accounting"]
+        mode = "V0" if self.is_v0_engine else "V1"
+        notes = [f"mirrors vLLM {self.version} ({mode} engine) startup accounting"]
         if self.is_cuda_graph_in_budget:
             notes.append(
                 "CUDA graph memory is estimated and taken from the budget before the KV cache"
@@ -144,15 +169,17 @@ class VllmBehaviour:
 
 @lru_cache(maxsize=64)  # a pure function of the version string, asked twice per plan
 def vllm_behaviour(version: str = DEFAULT_VLLM_VERSION) -> VllmBehaviour:
-    major, minor = parse_version(version)
+    major, minor, patch = parse_release(version)
     v = (major, minor)
     if v < OLDEST_VLLM_VERSION:
         raise InvalidArgumentError(
-            f"--vllm-version {version}: servefit mirrors vLLM's V1 engine, the default from "
-            f"vLLM {_dotted(OLDEST_VLLM_VERSION)}; older releases run the V0 engine, whose "
-            f"accounting servefit does not model. Plan with --vllm-version "
-            f"{_dotted(OLDEST_VLLM_VERSION)} or later"
+            f"--vllm-version {version}: servefit mirrors vLLM from "
+            f"{_dotted(OLDEST_VLLM_VERSION)} (the V0 engine to 0.7, V1 from 0.8); older "
+            f"releases are not modelled. Plan with --vllm-version {_dotted(OLDEST_VLLM_VERSION)} "
+            "or later"
         )
+    if v < FIRST_V1_VERSION:
+        return _v0_behaviour((major, minor, patch))
     return VllmBehaviour(
         version=f"{major}.{minor}",
         # 0.9 in v0.10/v0.11 (config/cache.py), 0.92 in v0.33; the release that changed it
@@ -217,6 +244,51 @@ def vllm_behaviour(version: str = DEFAULT_VLLM_VERSION) -> VllmBehaviour:
         # v0.8.5 reads non-torch memory as the whole device's use minus torch's
         counts_distributed_init=(0, 9) <= v < (0, 11),
         sorts_sampler_logits=(0, 12) <= v < (0, 17),
+    )
+
+
+# 0.8 to 0.10 fall back to V0 on a GPU older than Ampere (arg_utils.py _is_v1_supported_oracle:
+# "Compute Capability < 8.0 is not supported by the V1 Engine. Falling back to V0.", read in
+# v0.8.5, v0.9.2 and v0.10.1); 0.11 has no V0 engine left
+V0_FALLBACK_RELEASES = ((0, 8), (0, 11))
+V1_MIN_COMPUTE_CAPABILITY = (8, 0)
+
+
+def behaviour_on(version: str, capability: tuple[int, int] | None) -> VllmBehaviour:
+    """The release's behaviour on a GPU of this compute capability: V0 where 0.8-0.10 fall
+    back to it (a T4, a V100), the release's own otherwise."""
+    behaviour = vllm_behaviour(version)
+    low, high = V0_FALLBACK_RELEASES
+    v = parse_version(version)
+    if capability is None or capability >= V1_MIN_COMPUTE_CAPABILITY or not low <= v < high:
+        return behaviour
+    fallback = _v0_behaviour(parse_release(version))
+    # the release's own parser takes the flags
+    return replace(
+        fallback, version=behaviour.version, block_size_choices=behaviour.block_size_choices
+    )
+
+
+def _v0_behaviour(release: tuple[int, int, int]) -> VllmBehaviour:
+    """The V0 engine of one release (core/engine_v0.py): no hybrid manager, no V1 features;
+    the worker's memory snapshot comes before the distributed init (worker.init_device)."""
+    return VllmBehaviour(
+        version=".".join(map(str, release)),
+        default_gpu_memory_utilization=0.9,  # CacheConfig / EngineArgs.gpu_memory_utilization
+        is_cuda_graph_in_budget=False,  # captured in initialize_cache -> _warm_up_model
+        is_token_count_from_concurrency=False,
+        has_xlarge_batch_defaults=False,
+        checks_mamba_blocks_vs_max_num_seqs=False,
+        has_hybrid_prefix_caching=False,
+        block_size_choices=engine_v0.block_size_choices(release),
+        ships_triton_kernels=False,
+        has_hybrid_kv_cache_manager=False,  # one block table: every layer full attention
+        is_concurrency_from_tokens=True,  # blocks x block_size / max_model_len
+        serves_state_models=False,  # V0's separate Mamba cache is not modelled
+        is_state_prefix_caching_forced_off=True,
+        is_hybrid_prefix_caching_default=False,
+        counts_distributed_init=True,
+        v0_release=release,
     )
 
 

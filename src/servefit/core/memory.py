@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from servefit.core import engine
+from servefit.core import engine, engine_v0
 from servefit.core.model_spec import DenseMlpSpec, ModelSpec, MoeSpec
 from servefit.units import dtype_bytes
 
@@ -62,6 +62,47 @@ def activation_peak_bytes(
         default=0,
     )
     return int(max(sampler, dense_forward) + moe_forward)
+
+
+def profile_bytes(
+    spec: ModelSpec,
+    layers: range,
+    *,
+    behaviour: engine.VllmBehaviour,
+    tp: int,
+    pp: int,
+    switched_nvlink: bool,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    is_last_stage: bool,
+) -> tuple[int, int]:
+    """(activation peak, non-torch memory) of the profile run on one GPU, as the release
+    runs and measures it (the V0 engine: :mod:`servefit.core.engine_v0`)."""
+    non_torch = engine.non_torch_bytes(tp, pp, switched_nvlink, behaviour.counts_distributed_init)
+    if behaviour.v0_release is not None:
+        release = behaviour.v0_release
+        activation = engine_v0.activation_peak_bytes(
+            spec,
+            layers,
+            tp=tp,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            is_last_stage=is_last_stage,
+            release=release,
+        )
+        return activation, engine_v0.non_torch_bytes(
+            release, max(non_torch - engine.non_torch_bytes(1, 1), 0)
+        )
+    activation = activation_peak_bytes(
+        spec,
+        layers,
+        tp=tp,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        is_last_stage=is_last_stage,
+        sorts_sampler_logits=behaviour.sorts_sampler_logits,
+    )
+    return activation, non_torch
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -34,7 +34,7 @@ from servefit.core.kv_cache import (
     num_blocks,
     stage_layout,
 )
-from servefit.core.memory import MemoryBreakdown, activation_peak_bytes, memory_breakdown
+from servefit.core.memory import MemoryBreakdown, memory_breakdown, profile_bytes
 from servefit.core.model_spec import (
     AttentionSpec,
     MixerKind,
@@ -175,23 +175,24 @@ def _stage_memory(
     kv_cache_memory_bytes: int | None,
 ) -> MemoryBreakdown:
     """Step 4 for one pipeline stage."""
-    activation = activation_peak_bytes(
+    activation, non_torch = profile_bytes(
         spec,
         stage_layers,
+        behaviour=behaviour,
         tp=r.tensor_parallel_size,
+        pp=r.pipeline_parallel_size,
+        switched_nvlink=gpu.has_switched_nvlink,
         max_num_batched_tokens=r.max_num_batched_tokens,
         max_num_seqs=r.max_num_seqs,
         is_last_stage=is_last,
-        sorts_sampler_logits=behaviour.sorts_sampler_logits,
     )
     graphs = 0 if r.enforce_eager else engine.cuda_graph_bytes(len(stage_layers))
-    tp, pp, link = r.tensor_parallel_size, r.pipeline_parallel_size, gpu.has_switched_nvlink
     return memory_breakdown(
         total_bytes=gpu.cuda_total_bytes,
         gpu_memory_utilization=r.gpu_memory_utilization,
         weights_bytes=int(stage_weights_bytes),
         activation_peak_bytes=activation,
-        non_torch_bytes=engine.non_torch_bytes(tp, pp, link, behaviour.counts_distributed_init),
+        non_torch_bytes=non_torch,
         cuda_graph_bytes=graphs,
         behaviour=behaviour,
         kv_cache_memory_bytes=kv_cache_memory_bytes,
@@ -225,15 +226,6 @@ def plan_capacity(
     )
     tp, pp = r.tensor_parallel_size, r.pipeline_parallel_size
     check_parallel_layout(spec, tp, pp, ep=r.enable_expert_parallel)
-    if not behaviour.serves_state_models and spec.mixer_kinds & {
-        MixerKind.LINEAR_ATTENTION,
-        MixerKind.MAMBA,
-    }:
-        raise InvalidArgumentError(
-            f"vLLM {behaviour.version} serves Mamba and linear-attention models with its V0 "
-            "engine (V1's _is_v1_supported_oracle falls back), whose accounting servefit does "
-            "not model: plan with --vllm-version 0.10 or later"
-        )
     # quantized weights as the kernel vLLM picks on this GPU lays them out (Marlin, ...)
     weights = weight_bytes(
         spec,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from servefit.core import engine
+from servefit.core import engine, engine_v0
 from servefit.core.hardware import GpuSpec
 from servefit.core.kv_cache import KvLayout
 from servefit.core.lora import LoraSettings
@@ -90,6 +90,10 @@ class ServeSettings:
     # TP-th of every expert; the attention stays tensor parallel
     enable_expert_parallel: bool = False
     lora: LoraSettings | None = None  # --enable-lora (with --max-loras, --max-lora-rank)
+    # --[no-]enable-chunked-prefill; None = vLLM's default. The V0 engine (before 0.8) turns
+    # it on by itself only past 32K tokens and otherwise batches whole prompts (engine_v0.py);
+    # V1 always chunks, so V1 plans do not read it
+    enable_chunked_prefill: bool | None = None
 
     def __post_init__(self) -> None:
         checks = {
@@ -157,6 +161,7 @@ class ResolvedSettings:
     speculative: SpeculativeConfig | None = None
     enable_expert_parallel: bool = False
     lora: LoraSettings | None = None
+    enable_chunked_prefill: bool = True  # as the engine resolves it (V0: engine_v0.py)
 
     @property
     def num_gpus(self) -> int:
@@ -252,6 +257,8 @@ def resolve_prefix_caching(
 ) -> bool:
     """The user's ``--[no-]enable-prefix-caching`` when given, else vLLM's default, as the
     release treats a model with Mamba / linear-attention state (``behaviour``)."""
+    if behaviour is not None and behaviour.is_v0_engine:
+        return bool(asked)  # V0's EngineArgs.enable_prefix_caching defaults to False
     if behaviour is None or not has_state(spec):
         return default_prefix_caching(spec) if asked is None else asked
     if behaviour.is_state_prefix_caching_forced_off:
@@ -269,21 +276,52 @@ def resolve_settings(
     spec: ModelSpec, gpu: GpuSpec, s: ServeSettings, *, block_size: int = 0
 ) -> tuple[ResolvedSettings, engine.VllmBehaviour]:
     """Step 1: fill in what vLLM would choose for this GPU."""
-    behaviour = engine.vllm_behaviour(s.vllm_version)
+    behaviour = engine.behaviour_on(s.vllm_version, gpu.compute_capability_tuple)
+    if not behaviour.serves_state_models and has_state(spec):
+        raise InvalidArgumentError(
+            f"vLLM {behaviour.version} serves Mamba and linear-attention models with its V0 "
+            "engine (V1's _is_v1_supported_oracle falls back before 0.10) and keeps their "
+            "state in a separate cache, which servefit does not model: plan with "
+            "--vllm-version 0.10 or later"
+        )
     if s.enable_expert_parallel and not spec.is_moe:  # ModelConfig._verify_with_expert_parallelism
         raise InvalidArgumentError(
             f"--enable-expert-parallel: {spec.name} has no experts (it is not a "
             "mixture-of-experts model); leave the flag out"
         )
-    default_tokens, default_seqs = engine.server_batch_defaults(
-        gpu.cuda_total_bytes, gpu.name, behaviour
-    )
     max_model_len = s.max_model_len or spec.max_position_embeddings
     if max_model_len is None:
         raise InvalidArgumentError(
             f"{spec.name}: the config has no max_position_embeddings; pass --max-model-len"
         )
+    chunked = True
+    if behaviour.v0_release is not None:
+        check_v0(spec, s, behaviour)
+        chunked = (
+            s.enable_chunked_prefill
+            if s.enable_chunked_prefill is not None
+            else engine_v0.is_chunked_prefill_default(
+                max_model_len=max_model_len,
+                has_sliding_window=MixerKind.SLIDING_WINDOW in spec.mixer_kinds,
+                has_lora=s.lora is not None,
+            )
+        )
+        default_tokens, default_seqs = engine_v0.batch_defaults(
+            behaviour.v0_release, max_model_len=max_model_len, chunked=chunked
+        )
+    else:
+        default_tokens, default_seqs = engine.server_batch_defaults(
+            gpu.cuda_total_bytes, gpu.name, behaviour
+        )
     max_num_batched_tokens = s.max_num_batched_tokens or default_tokens
+    if not chunked and max_num_batched_tokens < max_model_len:
+        raise InvalidArgumentError(  # SchedulerConfig._verify_args (V0)
+            f"--max-num-batched-tokens {max_num_batched_tokens} is smaller than "
+            f"--max-model-len {max_model_len}: without chunked prefill vLLM "
+            f"{behaviour.version} refuses it (a longer prompt could never be scheduled); "
+            "raise --max-num-batched-tokens, lower --max-model-len or add "
+            "--enable-chunked-prefill"
+        )
     max_num_seqs = min(s.max_num_seqs or default_seqs, max_num_batched_tokens)
     resolved = ResolvedSettings(
         tensor_parallel_size=s.tensor_parallel_size,
@@ -302,8 +340,26 @@ def resolve_settings(
         speculative=s.speculative,
         enable_expert_parallel=s.enable_expert_parallel,
         lora=s.lora,
+        enable_chunked_prefill=chunked,
     )
     return resolved, behaviour
+
+
+def check_v0(spec: ModelSpec, s: ServeSettings, behaviour: engine.VllmBehaviour) -> None:
+    """What servefit does not plan on vLLM's V0 engine, each named."""
+    refused = [
+        (s.speculative is not None, "speculative decoding (V0's --speculative-model flags)"),
+        (s.lora is not None, "LoRA (V0 profiles with warm-up adapters)"),
+        (s.enable_expert_parallel, "--enable-expert-parallel (a V1 flag)"),
+        (MixerKind.MLA in spec.mixer_kinds, f"{spec.name}'s MLA cache (V0's MLA backends)"),
+        (spec.vision is not None, f"{spec.name}'s vision encoder (V0 profiles with images)"),
+    ]
+    for is_refused, what in refused:
+        if is_refused:
+            raise InvalidArgumentError(
+                f"vLLM {behaviour.version} runs the V0 engine, and servefit does not model "
+                f"{what} there: plan with --vllm-version 0.8 or later"
+            )
 
 
 ONLINE_QUANTIZATION = {"fp8": fp8_per_tensor}

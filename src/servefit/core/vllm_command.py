@@ -8,6 +8,8 @@ import shlex
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from servefit.core.engine import vllm_behaviour
+
 if TYPE_CHECKING:
     from servefit.core.plan import CapacityPlan, ServeSettings
 
@@ -52,9 +54,21 @@ def vllm_serve_args(
     # the user's --[no-]enable-prefix-caching as given (vLLM's default differs by model:
     # off for attention-free ones, plan_settings.default_prefix_caching); off is always
     # spelled out
-    if asked.enable_prefix_caching is not None or not r.enable_prefix_caching:
+    # spelled out. The V0 engine (before 0.8) takes --enable-prefix-caching alone (a
+    # store_true flag, off by default) and --enable-chunked-prefill=BOOL (StoreBoolean)
+    is_v0 = vllm_behaviour(r.vllm_version).is_v0_engine
+    if is_v0:
+        if r.enable_prefix_caching:
+            args += ["--enable-prefix-caching"]
+    elif asked.enable_prefix_caching is not None or not r.enable_prefix_caching:
         on = r.enable_prefix_caching
         args += ["--enable-prefix-caching" if on else "--no-enable-prefix-caching"]
+    if asked.enable_chunked_prefill is not None:
+        on = asked.enable_chunked_prefill
+        if is_v0:
+            args += [f"--enable-chunked-prefill={on}"]
+        else:
+            args += ["--enable-chunked-prefill" if on else "--no-enable-chunked-prefill"]
     if r.enforce_eager:
         args += ["--enforce-eager"]
     if asked.lora is not None:

@@ -152,6 +152,8 @@ _SWITCHES: dict[str, tuple[str, bool]] = {
     "--no-enforce-eager": ("enforce_eager", False),
     "--enable-prefix-caching": ("enable_prefix_caching", True),
     "--no-enable-prefix-caching": ("enable_prefix_caching", False),
+    "--enable-chunked-prefill": ("enable_chunked_prefill", True),
+    "--no-enable-chunked-prefill": ("enable_chunked_prefill", False),
     "--enable-expert-parallel": ("enable_expert_parallel", True),
     "--enable-lora": ("enable_lora", True),
     "--no-enable-lora": ("enable_lora", False),

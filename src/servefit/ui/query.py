@@ -121,6 +121,7 @@ FIELDS: dict[str, Callable[[str, str], Any]] = {
     "kv-cache-dtype": _choice(KV_CACHE_DTYPES),
     "block-size": _int,
     "enable-prefix-caching": _bool,
+    "enable-chunked-prefill": _bool,
     "enforce-eager": _bool,
     "enable-expert-parallel": _bool,
     "enable-lora": _bool,
@@ -230,6 +231,7 @@ def deployment_for(q: PageQuery, model: str | None = None) -> Any:
         kv_cache_dtype=g("kv-cache-dtype", "auto"),
         block_size=g("block-size"),
         enable_prefix_caching=g("enable-prefix-caching"),  # left out: vLLM's default
+        enable_chunked_prefill=g("enable-chunked-prefill"),
         enforce_eager=g("enforce-eager", False),
         enable_expert_parallel=g("enable-expert-parallel", False),
         lora=lora_settings(g("enable-lora", False), g("max-loras"), g("max-lora-rank")),
@@ -285,8 +287,8 @@ def cli_args(q: PageQuery) -> list[str]:
         if key in ("model", "usd-per-gpu-hour"):  # the price is report's and cost's flag
             continue
         if isinstance(value, bool):
-            if key == "enable-prefix-caching":
-                args.append("--enable-prefix-caching" if value else "--no-enable-prefix-caching")
+            if key in ("enable-prefix-caching", "enable-chunked-prefill"):
+                args.append(f"--{key}" if value else f"--no-{key}")
             elif value:
                 args.append(f"--{key}")
         else:
