@@ -205,3 +205,21 @@ def test_check_log_reads_a_v0_log():
     assert set(found) >= {"weights_bytes", "kv_cache_memory_bytes", "kv_cache_blocks"}
     assert found["kv_cache_blocks"]["logged"] == 1952
     assert not any(c["is_finding"] for c in doc["comparisons"])
+
+
+def test_0_8_to_0_10_fall_back_to_v0_below_ampere():
+    """arg_utils.py _is_v1_supported_oracle (0.8.5, 0.9.2, 0.10.1): "Compute Capability < 8.0
+    is not supported by the V1 Engine. Falling back to V0." A T4 (7.5) under 0.8 plans V0 (256
+    sequences, blocks of 16 over every layer), an A10 (8.6) V1; 0.11 has no V0 left."""
+    t4, a10 = (7, 5), (8, 6)
+    assert engine.behaviour_on("0.8", t4).is_v0_engine
+    assert engine.behaviour_on("0.10", t4).is_v0_engine
+    assert not engine.behaviour_on("0.8", a10).is_v0_engine
+    assert not engine.behaviour_on("0.11", t4).is_v0_engine
+    spec = load_model("meta-llama/Llama-3.2-3B-Instruct", allow_hub=False).spec
+    settings = ServeSettings(vllm_version="0.8", max_model_len=4096)
+    on_t4 = plan_capacity(spec, gpu_catalog().get("T4"), settings)
+    assert on_t4.settings.max_num_seqs == 256
+    assert not on_t4.settings.enable_prefix_caching  # V0's default
+    on_a10 = plan_capacity(spec, gpu_catalog().get("A10"), settings)
+    assert on_a10.settings.enable_prefix_caching  # V1's default
