@@ -23,15 +23,15 @@ from servefit.errors import DatasetError
 GROUPS = ("cold", "warm")  # the subfolders of a --prefix-cache-compare run
 
 
-def _read_records(path: Path) -> list[RequestRecord]:
+def _read_records(path: Path, flag: str = "--bench") -> list[RequestRecord]:
     records: list[RequestRecord] = []
     try:
         text = path.read_bytes().decode("utf-8")
     except OSError as error:
-        raise DatasetError(f"--bench {path}: cannot be read ({error.strerror})") from None
+        raise DatasetError(f"{flag} {path}: cannot be read ({error.strerror})") from None
     except UnicodeDecodeError as error:
         raise DatasetError(
-            f"--bench {path}: not UTF-8 text (byte {error.start}); bench writes UTF-8 JSONL"
+            f"{flag} {path}: not UTF-8 text (byte {error.start}); bench writes UTF-8 JSONL"
         ) from None
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -40,11 +40,11 @@ def _read_records(path: Path) -> list[RequestRecord]:
             record = RequestRecord.model_validate_json(line)
         except ValueError as error:
             raise DatasetError(
-                f"--bench {path}:{n} is not a request record: {_first_error(error)}"
+                f"{flag} {path}:{n} is not a request record: {_first_error(error)}"
             ) from None
         problem = record_problem(record)
         if problem:
-            raise DatasetError(f"--bench {path}:{n} is not a request record: {problem}")
+            raise DatasetError(f"{flag} {path}:{n} is not a request record: {problem}")
         records.append(record)
     return records
 
@@ -115,7 +115,7 @@ def load_groups(directory: Path) -> dict[str, list[RequestRecord]]:
     }
 
 
-def load_bench(directory: Path) -> tuple[BenchResult, list[RequestRecord]]:
+def load_bench(directory: Path, flag: str = "--bench") -> tuple[BenchResult, list[RequestRecord]]:
     """A ``servefit bench --output DIR`` run: ``summary.json`` and every record of
     ``requests.jsonl`` (a cache comparison's: the warm run's, which the summary describes).
     Strict: the summary's figures come from all the records, so a line that is not a record
@@ -124,20 +124,20 @@ def load_bench(directory: Path) -> tuple[BenchResult, list[RequestRecord]]:
     try:
         result = BenchResult.model_validate_json(summary.read_bytes())
     except OSError as error:
-        raise DatasetError(f"--bench {directory}: no summary.json ({error.strerror})") from None
+        raise DatasetError(f"{flag} {directory}: no summary.json ({error.strerror})") from None
     except ValueError as error:
         raise DatasetError(
-            f"--bench {summary} is not a servefit bench summary: {_first_error(error)}"
+            f"{flag} {summary} is not a servefit bench summary: {_first_error(error)}"
         ) from None
     problem = summary_problem(result)
     if problem:
-        raise DatasetError(f"--bench {summary} is not a servefit bench summary: {problem}")
+        raise DatasetError(f"{flag} {summary} is not a servefit bench summary: {problem}")
     path = directory / "requests.jsonl"
     if path.exists():
-        return result, _read_records(path)
+        return result, _read_records(path, flag)
     for name in reversed(GROUPS):  # warm when it ran, else an interrupted cold run
         if (directory / name / "requests.jsonl").exists():
-            return result, _read_records(directory / name / "requests.jsonl")
+            return result, _read_records(directory / name / "requests.jsonl", flag)
     return result, []
 
 

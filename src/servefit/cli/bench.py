@@ -38,13 +38,31 @@ if TYPE_CHECKING:
     from servefit.bench.search import SweepLevel
 
 
-@click.command()
+class _BenchGroup(click.Group):
+    """``servefit bench URL ...`` measures (the ``run`` command, the default);
+    ``servefit bench compare BASELINE CANDIDATE`` holds two measured runs side by side."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or args[0] not in self.commands:
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=_BenchGroup)
+def bench() -> None:
+    """Measure an OpenAI-compatible server at URL (http://host:port, with or without /v1):
+    TTFT, TPOT, ITL, throughput, goodput, cached tokens. `bench compare A B` holds two runs
+    side by side, each figure's change with its bootstrap interval."""
+
+
+@bench.command("run")
 @click.argument("url")
 @bench_options
 @history_options
-def bench(url: str, **flags: Any) -> None:
+def bench_run(url: str, **flags: Any) -> None:
     """Measure an OpenAI-compatible server at URL (http://host:port, with or without /v1):
-    TTFT, TPOT, ITL, throughput, goodput, cached tokens."""
+    TTFT, TPOT, ITL, throughput, goodput, cached tokens (`servefit bench URL` runs this;
+    `servefit bench compare BASELINE CANDIDATE` compares two runs' --output folders)."""
     import os
     from pathlib import Path
 
@@ -57,6 +75,7 @@ def bench(url: str, **flags: Any) -> None:
     )
     plan = flags.pop("plan_model"), flags.pop("plan_gpu"), flags.pop("plan_tp")
     history = flags.pop("db"), flags.pop("no_history")
+    repeats = flags.pop("repeat")
     inputs = {"url": url, **flags, "output_dir": output_dir, "monitor": monitor}
     inputs.update(plan_model=plan[0], gpu=plan[1], plan_tp=plan[2])
     remember = functools.partial(_remember, history, inputs, out_dir=output_dir, plan=plan)
@@ -75,6 +94,8 @@ def bench(url: str, **flags: Any) -> None:
                 prepare_output(out)  # an unwritable --output: exit 2 before anything is sent
             if levels.is_sweep:
                 _sweep(cfg, levels, api_key, out, as_json, interrupt, remember)
+            if repeats > 1:
+                _repeat(cfg, repeats, api_key, out, as_json, interrupt, remember, flags, plan)
             result = _measure(cfg, api_key, out, monitor, as_json, plan, flags, interrupt)
         except ServefitError as error:
             fail(error)
@@ -157,6 +178,63 @@ def _sweep(
     sys.exit(_exit_code(interrupt, sweep.interrupted, sweep.is_passing(cfg.max_error_rate)))
 
 
+def _repeat(
+    cfg: BenchConfig,
+    repeats: int,
+    api_key: str | None,
+    out: Path | None,
+    as_json: bool,
+    interrupt: Interrupt,
+    remember: Callable[[Any], None],
+    flags: dict[str, Any],
+    plan: tuple[str | None, str | None, int],
+) -> NoReturn:
+    from servefit.bench.repeats import run_repeats
+
+    if flags["prefix_cache_compare"] or plan[0]:
+        raise InvalidArgumentError(
+            "--repeat runs one configuration again and again: leave out "
+            + ("--prefix-cache-compare" if flags["prefix_cache_compare"] else "--plan-model")
+        )
+
+    def show(index: int, run: Any) -> None:
+        if not as_json:
+            s = run.summary
+            click.echo(
+                f"repeat {index}/{repeats}: {s.output_throughput_tok_per_s:10.1f} tok/s, TTFT "
+                f"p50 {(s.ttft_s.p50 or 0) * 1000:8.1f} ms, TPOT p50 "
+                f"{(s.tpot_s.p50 or 0) * 1000:7.2f} ms, {s.successful} ok / {s.errored} err",
+                err=True,
+            )
+
+    result = run_repeats(
+        cfg, repeats, api_key=api_key, out_dir=out, interrupt=interrupt, on_repeat=show
+    )
+    if as_json:
+        emit_json(result)
+    else:
+        _render_repeats(result)
+    remember(result)
+    sys.exit(_exit_code(interrupt, result.interrupted, result.is_passing(cfg.max_error_rate)))
+
+
+def _render_repeats(result: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(
+        title=f"{len(result.runs)} runs: mean and its {result.confidence:.0%} bootstrap interval"
+    )
+    for column in ("figure", "mean", "interval", "runs"):
+        table.add_column(column, justify="left" if column == "figure" else "right")
+    for f in result.figures:
+        scale, unit = (1.0, "") if "throughput" in f.name else (1000.0, " ms")
+        interval = "-" if f.low is None else f"{f.low * scale:.4g} - {f.high * scale:.4g}{unit}"
+        values = ", ".join(f"{v * scale:.4g}" for v in f.values)
+        table.add_row(f.name, f"{f.mean * scale:.4g}{unit}", interval, values)
+    Console().print(table)
+
+
 def _remember(
     history: tuple[str | None, bool],
     inputs: dict[str, Any],
@@ -173,7 +251,22 @@ def _remember(
     from servefit.cli.history import record_quietly
 
     _, gpu, tp = plan
+    from servefit.bench.repeats import RepeatResult, repeat_tag
+
+    if isinstance(run, RepeatResult):  # every repeat is a measured run of its own
+        for index, one in enumerate(run.runs, 1):
+            folder = f"{out_dir}/{repeat_tag(index)}" if out_dir else None
+            record_quietly(db, functools.partial(_record_one, one, inputs, folder, gpu, tp))
+        return
     record_quietly(db, lambda path: record_bench(path, run, inputs, out_dir, gpu, tp))
+
+
+def _record_one(
+    run: Any, inputs: dict[str, Any], folder: str | None, gpu: str | None, tp: int, path: Any
+) -> Any:
+    from servefit.app.history_record import record_bench
+
+    return record_bench(path, run, inputs, folder, gpu, tp)
 
 
 def _predict(model: str, gpu: str | None, tp: int, cfg: BenchConfig) -> dict[str, Any]:
@@ -226,3 +319,90 @@ def _level_line(level: SweepLevel) -> str:
         f"{s.output_throughput_tok_per_s:10.1f} tok/s, TTFT p50 "
         f"{(s.ttft_s.p50 or 0) * 1000:8.1f} ms, {s.successful} ok / {s.errored} err{verdict}"
     )
+
+
+@bench.command("compare")
+@click.argument("baseline", type=click.Path(file_okay=False))
+@click.argument("candidate", type=click.Path(file_okay=False))
+@click.option(
+    "--max-regression",
+    multiple=True,
+    help="FIGURE=PERCENT, comma-separated or repeated (tpot_p50=10%,throughput=5%): exit 1 "
+    "when the candidate is worse by more than PERCENT even at the interval's best end. "
+    "Figures: ttft/tpot/itl/e2e _p50/_p90/_p99, output_throughput (throughput), "
+    "request_throughput.",
+)
+@click.option(
+    "--confidence",
+    type=click.FloatRange(0.5, 0.999),
+    default=0.95,
+    show_default=True,
+    help="Of the bootstrap intervals.",
+)
+@click.option("--resamples", type=click.IntRange(100, 100_000), default=2000, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Of the bootstrap draws.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison document.")
+def bench_compare(
+    baseline: str,
+    candidate: str,
+    max_regression: tuple[str, ...],
+    confidence: float,
+    resamples: int,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """BASELINE and CANDIDATE are `bench --output` folders (a run, or the runs of --repeat):
+    every figure's change with its bootstrap interval. Exit 0: no figure given a
+    --max-regression regressed beyond the noise; 1: one did; 2: unreadable input."""
+    from pathlib import Path
+
+    from servefit.app.bench_compare import compare_folders, comparison_json
+
+    try:
+        result = compare_folders(
+            Path(baseline),
+            Path(candidate),
+            max_regression,
+            confidence=confidence,
+            resamples=resamples,
+            seed=seed,
+        )
+    except ServefitError as error:
+        fail(error)
+    if as_json:
+        click.echo(comparison_json(result))
+    else:
+        _render_comparison(result)
+    sys.exit(EXIT_FAILED if result.regressions else EXIT_OK)
+
+
+def _render_comparison(result: Any) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    runs = f"{len(result.baseline.summaries)} vs {len(result.candidate.summaries)} runs"
+    table = Table(title=f"candidate vs baseline ({runs}; {result.confidence:.0%} intervals)")
+    for column in ("figure", "baseline", "candidate", "change", "interval", "gate", "verdict"):
+        table.add_column(column, justify="left" if column in ("figure", "verdict") else "right")
+    for f in result.figures:
+        scale, unit = (1.0, "") if "throughput" in f.name else (1000.0, " ms")
+        interval = "-" if f.change is None else f"{f.change.low:+.1%} .. {f.change.high:+.1%}"
+        gate = "-" if f.threshold is None else f"{f.threshold:.0%}"
+        table.add_row(
+            f.name,
+            f"{f.baseline * scale:.4g}{unit}",
+            f"{f.candidate * scale:.4g}{unit}",
+            f"{f.point_change:+.1%}",
+            interval,
+            gate,
+            escape(f.verdict),
+        )
+    console = Console()
+    console.print(table)
+    if any(f.change is None for f in result.figures):
+        console.print("throughput without an interval: one run a side (--repeat N gives one)")
+    for f in result.regressions:
+        console.print(
+            f"REGRESSION: {f.name} worse by at least {f.worse_at_best:.1%} (gate {f.threshold:.0%})"
+        )

@@ -102,6 +102,14 @@ BENCH_OPTIONS = [
         help="Client processes (for rates one core cannot drive).",
     ),
     _opt("--seed", type=int, default=0, show_default=True),
+    _opt(
+        "--repeat",
+        type=click.IntRange(1, 100),
+        default=1,
+        show_default=True,
+        help="Run N times (the same requests): every headline figure with a bootstrap "
+        "interval over the runs (OUTPUT/repeat-K, repeats.json).",
+    ),
     _opt("--warmup", type=int, default=0, help="Warm-up requests, excluded from the metrics."),
     _opt("--duration-s", type=FINITE_FLOAT, help="Stop sending after this long."),
     _opt(

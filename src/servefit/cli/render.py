@@ -156,9 +156,7 @@ def render_capacity(
             f"({source})"
         )
     if plan.behaviour.is_v0_engine:  # V0 prints its blocks (worker.py / executor)
-        console.print(
-            f"  # {device} blocks: {plan.num_blocks:,} ({plan.kv_cache_tokens:,} tokens)"
-        )
+        console.print(f"  # {device} blocks: {plan.num_blocks:,} ({plan.kv_cache_tokens:,} tokens)")
     else:
         console.print(f"  {device} KV cache size: {plan.kv_cache_tokens:,} tokens")
     console.print(
