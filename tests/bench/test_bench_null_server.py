@@ -553,7 +553,7 @@ def test_replay_needs_a_dataset():
         text=True,
         timeout=60,
     )
-    assert done.returncode == 2 and "--replay needs --workload jsonl" in done.stderr
+    assert done.returncode == 2 and "--replay needs a timed dataset" in done.stderr
 
 
 def test_predicted_next_to_measured(instant_server, tmp_path):
@@ -595,7 +595,7 @@ def test_local_tokenizer_sizes_prompts(instant_server, tmp_path):
     token, so every prompt is 1 + words tokens by construction)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
-    from servefit.bench.workloads import WORDS
+    from servefit.bench.prompts import WORDS
 
     vocab = {"<s>": 0, "[UNK]": 1, **{w: i + 2 for i, w in enumerate(dict.fromkeys(WORDS))}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))

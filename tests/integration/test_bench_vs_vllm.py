@@ -59,3 +59,64 @@ def test_agent_sessions_hit_the_prefix_cache(vllm_server, tmp_path):
     assert m["prefix_cache_hits_tokens"] >= CPU_BLOCK_TOKENS
     assert 0 < m["prefix_cache_hit_rate"] <= 1
     assert m["generation_tokens"] == 6 * 12
+
+
+def test_traces_drive_the_real_server(vllm_server, tmp_path):
+    """A ShareGPT file and a Mooncake trace against vLLM: every request sent as the file
+    says (the reply's length, the trace's output lengths), and the Mooncake requests that
+    share a 512-token block get it back from vLLM's prefix cache; the one that shares none
+    does not."""
+    import json
+
+    sharegpt = tmp_path / "sg.json"
+    sharegpt.write_text(
+        json.dumps(
+            [
+                {
+                    "conversations": [
+                        {"from": "human", "value": " ".join(["time air"] * (8 + i))},
+                        {"from": "gpt", "value": " ".join(["gold"] * (6 + i))},
+                    ]
+                }
+                for i in range(5)
+            ]
+        )
+    )
+    cfg = BenchConfig(
+        base_urls=(vllm_server.base_url,),
+        workload=WorkloadConfig(kind="sharegpt", path=str(sharegpt), num_requests=5),
+        schedule=Schedule(concurrency=2),
+    )
+    s = run(cfg, api_key=None, out_dir=tmp_path / "sg").summary
+    assert s.successful == 5
+    records = [
+        json.loads(line) for line in (tmp_path / "sg" / "requests.jsonl").read_text().splitlines()
+    ]
+    assert all(r["completion_tokens"] == r["max_tokens"] for r in records)  # the reply's length
+    assert all(r["prompt_tokens"] == r["prompt_tokens_planned"] for r in records)  # /tokenize
+
+    mooncake = tmp_path / "m.jsonl"
+    rows = [
+        {"timestamp": 0, "input_length": 600, "output_length": 8, "hash_ids": [7, 8]},
+        {"timestamp": 10, "input_length": 600, "output_length": 8, "hash_ids": [7, 9]},
+        {"timestamp": 20, "input_length": 300, "output_length": 8, "hash_ids": [11]},
+    ]
+    mooncake.write_text("\n".join(json.dumps(r) for r in rows))
+    cfg = BenchConfig(
+        base_urls=(vllm_server.base_url,),
+        workload=WorkloadConfig(kind="mooncake", path=str(mooncake), num_requests=3),
+        schedule=Schedule(concurrency=1),  # one after the other: the first is cached first
+    )
+    run(cfg, api_key=None, out_dir=tmp_path / "mc")
+    done = sorted(
+        (
+            json.loads(line)
+            for line in (tmp_path / "mc" / "requests.jsonl").read_text().splitlines()
+        ),
+        key=lambda r: r["request_id"],
+    )
+    assert [r["completion_tokens"] for r in done] == [8, 8, 8]
+    shared, unshared = done[1]["cached_tokens"], done[2]["cached_tokens"]
+    assert shared >= CPU_BLOCK_TOKENS and shared % CPU_BLOCK_TOKENS == 0
+    assert shared < done[1]["prompt_tokens"]  # the second block is its own
+    assert not unshared

@@ -65,10 +65,11 @@ import vllm_server as helper
 
 from servefit.bench import runner
 from servefit.bench.client import Clock, OpenAIClient, Request
+from servefit.bench.prompts import WORDS
 from servefit.bench.runner import BenchConfig, BenchResult, run
 from servefit.bench.schedules import Schedule
 from servefit.bench.sse import StreamState
-from servefit.bench.workloads import WORDS, WorkloadConfig
+from servefit.bench.workloads import WorkloadConfig
 
 pytestmark = pytest.mark.integration
 

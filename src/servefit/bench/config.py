@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from servefit.bench.schedules import Schedule
-from servefit.bench.workloads import WorkloadConfig
+from servefit.bench.workloads import TIMED_KINDS, WorkloadConfig
 from servefit.core.metrics import Slo
 from servefit.errors import InvalidArgumentError
 
@@ -288,8 +288,11 @@ def bench_setup(
         )
     if prefix_cache_compare and workload != "agent":
         raise InvalidArgumentError("--prefix-cache-compare needs --workload agent")
-    if replay and workload != "jsonl":
-        raise InvalidArgumentError("--replay needs --workload jsonl with timestamp_s on every line")
+    if replay and workload not in TIMED_KINDS:
+        raise InvalidArgumentError(
+            "--replay needs a timed dataset: --workload jsonl with timestamp_s on every line, "
+            "or burstgpt, azure or mooncake"
+        )
     cfg = BenchConfig(
         base_urls=(url, *replicas),
         workload=WorkloadConfig(

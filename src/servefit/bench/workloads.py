@@ -8,7 +8,9 @@
 - ``shared-prefix``: groups of requests sharing a prefix of ``prefix_len`` tokens;
 - ``agent``: sessions of ``turns`` turns, each prompt = system prompt + the whole history
   (the model's real answers included) + a new message;
-- ``jsonl``: prompts (``{"prompt": ...}``) or conversations (``{"messages": [...]}``) from a file.
+- ``jsonl``: prompts (``{"prompt": ...}``) or conversations (``{"messages": [...]}``) from a file;
+- ``sharegpt``, ``burstgpt``, ``azure``, ``mooncake``: recorded traffic read from a local file
+  (:mod:`servefit.bench.traces`).
 """
 
 from __future__ import annotations
@@ -17,156 +19,19 @@ import asyncio
 import json
 import math
 import random
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from servefit.bench import traces
 from servefit.bench.client import Request
+from servefit.bench.prompts import (
+    TOKENIZE_CONCURRENCY,
+    Tokenizer,
+    exact_prompt,
+    make_request,
+    random_words,
+)
 from servefit.errors import DatasetError, InvalidArgumentError
-
-# Short, common words: most are one token in BPE vocabularies, so lengths land close to the
-# target even before /tokenize refines them.
-WORDS = [
-    "time",
-    "person",
-    "year",
-    "way",
-    "day",
-    "thing",
-    "man",
-    "world",
-    "life",
-    "hand",
-    "part",
-    "child",
-    "eye",
-    "woman",
-    "place",
-    "work",
-    "week",
-    "case",
-    "point",
-    "number",
-    "group",
-    "problem",
-    "fact",
-    "be",
-    "have",
-    "do",
-    "say",
-    "get",
-    "make",
-    "go",
-    "know",
-    "take",
-    "see",
-    "come",
-    "think",
-    "look",
-    "want",
-    "give",
-    "use",
-    "find",
-    "tell",
-    "ask",
-    "seem",
-    "feel",
-    "try",
-    "leave",
-    "call",
-    "good",
-    "new",
-    "first",
-    "last",
-    "long",
-    "great",
-    "little",
-    "own",
-    "other",
-    "old",
-    "right",
-    "big",
-    "high",
-    "different",
-    "small",
-    "large",
-    "next",
-    "early",
-    "young",
-    "important",
-    "few",
-    "public",
-    "bad",
-    "same",
-    "able",
-    "to",
-    "of",
-    "in",
-    "for",
-    "on",
-    "with",
-    "at",
-    "by",
-    "from",
-    "up",
-    "about",
-    "into",
-    "over",
-    "after",
-    "under",
-    "red",
-    "blue",
-    "green",
-    "light",
-    "dark",
-    "river",
-    "stone",
-    "tree",
-    "field",
-    "cloud",
-    "rain",
-    "wind",
-    "snow",
-    "road",
-    "city",
-    "town",
-    "house",
-    "door",
-    "window",
-    "table",
-    "chair",
-    "book",
-    "paper",
-    "letter",
-    "word",
-    "story",
-    "song",
-    "music",
-    "sound",
-    "voice",
-    "water",
-    "fire",
-    "earth",
-    "air",
-    "metal",
-    "glass",
-    "wood",
-    "gold",
-    "silver",
-    "iron",
-    "bread",
-    "milk",
-    "fruit",
-    "apple",
-    "salt",
-    "sugar",
-    "tea",
-    "coffee",
-    "garden",
-]
-
-Tokenizer = Callable[[str], Awaitable[int | None]]
-TOKENIZE_CONCURRENCY = 64  # /tokenize round trips in flight while preparing prompts
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -197,54 +62,16 @@ class WorkloadConfig:
             )
         if self.endpoint not in ("completions", "chat"):
             raise InvalidArgumentError("--endpoint must be completions or chat")
-        if self.kind == "jsonl" and not self.path:
-            raise InvalidArgumentError("--workload jsonl needs --dataset FILE")
+        if self.kind in FILE_KINDS and not self.path:
+            raise InvalidArgumentError(f"--workload {self.kind} needs --dataset FILE")
         if self.prefix_len >= self.input_len and self.kind == "shared-prefix":
             raise InvalidArgumentError("--prefix-len must be smaller than --input-len")
 
 
-KINDS = ("random", "chat", "summarize", "shared-prefix", "agent", "jsonl")
-
-
-def random_words(rng: random.Random, count: int) -> str:
-    return " ".join(rng.choices(WORDS, k=max(count, 1)))
-
-
-FILLERS = (" a", " x", " 1", " .", " the", "!")  # units that are usually one token each
-
-
-async def exact_prompt(
-    rng: random.Random, tokens: int, count: Tokenizer | None
-) -> tuple[str, int | None]:
-    """A prompt of exactly ``tokens`` tokens as the server counts them (its ``/tokenize``,
-    special tokens included, as in ``usage.prompt_tokens``): the longest run of random words
-    that fits (binary search), topped up with a one-token filler. Without ``/tokenize`` the
-    words stand in (~1 token each) and the real count comes from usage (returns None)."""
-    words = rng.choices(WORDS, k=tokens)
-    if count is None:
-        return " ".join(words), None
-    measured = await count(" ".join(words))
-    if measured is None:
-        return " ".join(words), None
-    if measured > tokens:  # words cost more than one token each: keep the longest prefix that fits
-        lo, hi = 0, len(words)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            counted = await count(" ".join(words[:mid]))
-            if counted is not None and counted <= tokens:
-                lo = mid
-            else:
-                hi = mid - 1
-        words = words[:lo]
-        measured = await count(" ".join(words)) or 0
-    text = " ".join(words)
-    if measured == tokens:
-        return text, measured
-    for filler in FILLERS:  # top up the last few tokens
-        candidate = text + filler * (tokens - measured)
-        if await count(candidate) == tokens:
-            return candidate, tokens
-    return text, measured
+FILE_KINDS = ("jsonl", *traces.FORMATS)
+KINDS = ("random", "chat", "summarize", "shared-prefix", "agent", *FILE_KINDS)
+# the workloads whose lines carry arrival times (--replay sends them then)
+TIMED_KINDS = ("jsonl", "burstgpt", "azure", "mooncake")
 
 
 def _lognormal_length(
@@ -259,6 +86,16 @@ async def build_requests(cfg: WorkloadConfig, count: Tokenizer | None) -> list[R
     rng = random.Random(cfg.seed)
     if cfg.kind == "jsonl":
         return _from_jsonl(cfg)
+    if cfg.kind in traces.FORMATS:
+        return await traces.trace_requests(
+            cfg.kind,
+            cfg.path or "",
+            num_requests=cfg.num_requests,
+            seed=cfg.seed,
+            endpoint=cfg.endpoint,
+            ignore_eos=cfg.ignore_eos,
+            count=count,
+        )
     prefixes = []
     if cfg.kind == "shared-prefix":
         for _ in range(cfg.num_groups):
@@ -291,23 +128,7 @@ async def build_requests(cfg: WorkloadConfig, count: Tokenizer | None) -> list[R
 def _request(
     cfg: WorkloadConfig, i: int, text: str, output_len: int, planned: int | None
 ) -> Request:
-    if cfg.endpoint == "chat":
-        return Request(
-            request_id=i,
-            endpoint="chat",
-            messages=[{"role": "user", "content": text}],
-            max_tokens=output_len,
-            ignore_eos=cfg.ignore_eos,
-            prompt_tokens_planned=planned,
-        )
-    return Request(
-        request_id=i,
-        endpoint="completions",
-        prompt=text,
-        max_tokens=output_len,
-        ignore_eos=cfg.ignore_eos,
-        prompt_tokens_planned=planned,
-    )
+    return make_request(cfg.endpoint, cfg.ignore_eos, i, text, output_len, planned)
 
 
 def _from_jsonl(cfg: WorkloadConfig) -> list[Request]:

@@ -10,7 +10,18 @@ import click
 
 from servefit.cli.types import FINITE_FLOAT, NON_NEGATIVE_FLOAT, POSITIVE_FLOAT
 
-WORKLOADS = ["random", "chat", "summarize", "shared-prefix", "agent", "jsonl"]
+WORKLOADS = [
+    "random",
+    "chat",
+    "summarize",
+    "shared-prefix",
+    "agent",
+    "jsonl",
+    "sharegpt",
+    "burstgpt",
+    "azure",
+    "mooncake",
+]
 _opt = click.option
 BENCH_OPTIONS = [
     _opt("--replica", "replicas", multiple=True, help="Another base URL of the same model."),
@@ -75,8 +86,18 @@ BENCH_OPTIONS = [
         is_flag=True,
         help="agent: cache-busted (cold), then warm; the TTFT saved per turn.",
     ),
-    _opt("--dataset", help="jsonl: prompts or conversations, one JSON object per line."),
-    _opt("--replay", is_flag=True, help="jsonl: send each line at its timestamp_s."),
+    _opt(
+        "--dataset",
+        help="The workload's local file: jsonl (prompts or conversations, a JSON object a "
+        "line), sharegpt (vLLM bench's ShareGPT JSON), burstgpt or azure (trace CSV), "
+        "mooncake (trace JSONL with hash_ids).",
+    ),
+    _opt(
+        "--replay",
+        is_flag=True,
+        help="Send each request at its recorded time (jsonl timestamp_s, burstgpt, azure, "
+        "mooncake).",
+    ),
     _opt(
         "--time-scale",
         type=POSITIVE_FLOAT,

@@ -13,9 +13,9 @@ a seeded generator: the same data give the same interval every time.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from random import Random
 
 from servefit.core.stats import percentile
 from servefit.errors import InvalidArgumentError
@@ -66,7 +66,7 @@ def _pooled(groups: Groups) -> list[float]:
     return [v for group in groups for v in group]
 
 
-def _resample(rng: random.Random, groups: Groups) -> list[float]:
+def _resample(rng: Random, groups: Groups) -> list[float]:
     """Runs with replacement, then values with replacement within each."""
     chosen = rng.choices(groups, k=len(groups)) if len(groups) > 1 else groups
     return [v for group in chosen for v in rng.choices(group, k=len(group))]
@@ -90,7 +90,7 @@ def bootstrap(
     """``statistic`` of the pooled values with its bootstrap interval."""
     _check(confidence, resamples)
     kept = _groups(groups, "the sample")
-    rng = random.Random(seed)
+    rng = Random(seed)
     draws = [statistic(_resample(rng, kept)) for _ in range(resamples)]
     low, high = _bounds(draws, confidence)
     return Interval(point=statistic(_pooled(kept)), low=low, high=high, confidence=confidence)
@@ -112,7 +112,7 @@ def relative_change(
     base = statistic(_pooled(base_groups))
     if base == 0:
         raise InvalidArgumentError("the baseline's figure is 0: no relative change exists")
-    rng = random.Random(seed)
+    rng = Random(seed)
     draws = []
     for _ in range(resamples):
         b = statistic(_resample(rng, base_groups))
