@@ -21,7 +21,7 @@ from servefit.adapters.vllm_settings import serve_fields
 from servefit.app.deployment import Deployment, Hardware
 from servefit.app.plan import PlanOutcome, capacity_for, plan_deployment
 from servefit.app.resolve import Resolved, load_calibration_for
-from servefit.core.engine import FIRST_V1_VERSION, parse_release
+from servefit.core.engine import DRIVER_RESERVED_BYTES, FIRST_V1_VERSION, parse_release
 from servefit.core.engines import select_engine
 from servefit.core.engines.vllm_cpu import cpu_device
 from servefit.core.hardware import GpuSpec
@@ -243,6 +243,26 @@ def device_for_log(log: StartupLog, hardware: Hardware) -> GpuSpec | None:
     )
 
 
+def _as_logged(log: StartupLog, d: Deployment, notes: list[str]) -> GpuSpec | None:
+    """The catalog GPU with the total the log prints ("total_gpu_memory" of V0, "Free memory
+    on device (free/total GiB)" of V1): one board shows CUDA more or less than another of the
+    same name (a Colab T4 14.74 GiB, an AWS one 14.56), and the engine sized its budget from
+    what it saw. None when the log prints no total or the GPU is not a catalog NVIDIA one."""
+    fact = log.first("device_total_bytes")
+    if fact is None or d.hardware.gpu is None or d.hardware.memory_gib is not None:
+        return None
+    from servefit.app.resolve import resolve_gpu
+
+    gpu = resolve_gpu(d.hardware)
+    if gpu.vendor != "nvidia" or abs(gpu.cuda_total_bytes - fact.value) <= fact.rounding:
+        return None
+    notes.append(
+        f"planned on the total the log prints, {fact.value / GIB_BYTES:.2f} GiB (the catalog's "
+        f"{gpu.name}: {gpu.cuda_total_bytes / GIB_BYTES:.2f} GiB)"
+    )
+    return replace(gpu, usable_memory_bytes=int(fact.value) + DRIVER_RESERVED_BYTES)
+
+
 def resolve_on(d: Deployment, device: GpuSpec) -> Resolved:
     """A deployment resolved on a device servefit found (a detected CPU or GPU) rather than
     on a catalog name."""
@@ -322,6 +342,8 @@ def check_startup_log(
     settings = merge_settings(d.settings, settings_from_log(log), given_settings)
     d = replace(d, model=model, settings=settings)
     device = device_for_log(log, d.hardware)
+    if device is None:
+        device = _as_logged(log, d, notes)
     resolved = resolve_on(d, device) if device is not None else None
     if device is not None and device.vendor == "cpu":
         notes.append(
