@@ -276,6 +276,32 @@ def test_a_dataset_gives_the_lengths(tmp_path):
     )
 
 
+def test_a_trace_gives_the_lengths_through_benchs_reader(tmp_path):
+    """An Azure trace (its CSV header): lengths 374/44, 396/109, 879/20 -> means 550 and 58
+    (rounded), the widest deviation the output's |109 - 58| / 58 = 0.879 -> 0.87."""
+    from servefit.adapters.fleet_dataset import read_dataset_lengths
+
+    path = tmp_path / "azure.csv"
+    path.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
+        "2023-11-16 18:15:50.9951690,396,109\n2023-11-16 18:15:51.0000000,879,20\n",
+        encoding="utf-8",
+    )
+    got = read_dataset_lengths(path, "azure")
+    assert (got.input_len, got.output_len, got.range_ratio, got.num_requests) == (550, 58, 0.87, 3)
+    bad = run(
+        *BASE,
+        "--request-rate",
+        "1",
+        "--dataset",
+        str(path),
+        "--dataset-format",
+        "mooncake",
+        *SLO_FLAGS,
+    )
+    assert bad.exit_code == 2 and "line 1: not JSON" in bad.output
+
+
 def test_the_command_prints_the_table_and_json(tmp_path):
     args = [*BASE, "--request-rate", "4", "--gpus", "L40S", "--max-gpus", "4", *SLO_FLAGS]
     result = run(*args, "--top", "3", "--no-disaggregated", "--json")

@@ -1,6 +1,8 @@
 """``recommend --dataset FILE``: a workload's lengths from a JSONL file of requests, one
 JSON object a line with token counts: ``input_len`` (or ``prompt_tokens``) and
-``output_len`` (or ``output_tokens``, ``max_tokens``). The fleet search simulates the
+``output_len`` (or ``output_tokens``, ``max_tokens``), or a recorded trace bench reads
+(BurstGPT or Azure CSV, Mooncake JSONL: :mod:`servefit.bench.traces`, the one reader of
+them). The fleet search simulates the
 means, spread uniformly over the widest deviation seen (capped below 1, the simulator's
 ``--range-ratio``): a summary of the file, not a replay of it."""
 
@@ -38,7 +40,19 @@ def _count(item: dict[str, object], keys: tuple[str, ...], where: str) -> int:
     raise DatasetError(f"{where}: needs one of {', '.join(keys)} (token counts)")
 
 
-def read_dataset_lengths(path: Path) -> DatasetLengths:
+LENGTH_TRACES = ("burstgpt", "azure", "mooncake")  # traces that record token counts
+
+
+def read_dataset_lengths(path: Path, kind: str = "jsonl") -> DatasetLengths:
+    """The lengths of a JSONL of token counts, or of a trace of ``kind``."""
+    if kind in LENGTH_TRACES:
+        from servefit.bench.traces import read_trace
+
+        items = read_trace(kind, path)
+        return _summary(
+            [max(i.input_tokens or 1, 1) for i in items],
+            [max(i.output_tokens or 1, 1) for i in items],
+        )
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
@@ -59,6 +73,10 @@ def read_dataset_lengths(path: Path) -> DatasetLengths:
         outputs.append(_count(item, OUTPUT_KEYS, where))
     if not inputs:
         raise DatasetError(f"--dataset {path} holds no request")
+    return _summary(inputs, outputs)
+
+
+def _summary(inputs: list[int], outputs: list[int]) -> DatasetLengths:
     mean_in = max(1, round(sum(inputs) / len(inputs)))
     mean_out = max(1, round(sum(outputs) / len(outputs)))
     spread = max(

@@ -28,8 +28,17 @@ from servefit.errors import InvalidArgumentError, ServefitError
 @click.option(
     "--dataset",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="JSONL of token counts (input_len, output_len per line): the lengths to plan for "
-    "(replaces --input-len, --output-len and --range-ratio).",
+    help="JSONL of token counts (input_len, output_len per line), or a trace "
+    "(--dataset-format): the lengths to plan for (replaces --input-len, --output-len and "
+    "--range-ratio).",
+)
+@click.option(
+    "--dataset-format",
+    type=click.Choice(["jsonl", "burstgpt", "azure", "mooncake"]),
+    default="jsonl",
+    show_default=True,
+    help="What --dataset is: servefit's JSONL of token counts, or a BurstGPT / Azure trace "
+    "CSV or a Mooncake trace JSONL (as bench --workload reads them).",
 )
 @click.option("--gpus", default="all", show_default=True, help="GPUs to search: A,B,... or all.")
 @click.option("--max-gpus", type=int, help="The fleet's GPU budget (also caps one replica).")
@@ -143,7 +152,7 @@ def fleet_request(models: tuple[str, ...], flags: dict[str, Any]) -> Any:
     if flags["dataset"] is not None:
         from servefit.adapters.fleet_dataset import read_dataset_lengths
 
-        lengths = read_dataset_lengths(flags["dataset"])
+        lengths = read_dataset_lengths(flags["dataset"], flags["dataset_format"])
         input_len, output_len, ratio = lengths.input_len, lengths.output_len, lengths.range_ratio
     workload = default_workload(
         input_len=input_len,
