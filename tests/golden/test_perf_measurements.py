@@ -82,11 +82,15 @@ def test_each_measurement_is_sourced_and_predictable(m: Measurement):
 CASE_BAND_WIDENING = 1.5
 
 
+def group_of(m: Measurement) -> str:
+    """The IN_SAMPLE_LIMITS key of the profile ``m`` is predicted with."""
+    profile = profile_for(m)
+    return f"{profile.hardware_class}/{profile.engine}"
+
+
 def case_band(m: Measurement) -> float:
     """The largest |ln(predicted / measured)| case ``m`` may show."""
-    profile = profile_for(m)
-    group = f"{profile.hardware_class}/{profile.engine}"
-    _, p90 = IN_SAMPLE_LIMITS.get(group, IN_SAMPLE_LIMITS["all"])
+    _, p90 = IN_SAMPLE_LIMITS.get(group_of(m), IN_SAMPLE_LIMITS["all"])
     return CASE_BAND_WIDENING * math.log1p(p90)
 
 
@@ -122,12 +126,7 @@ def test_every_hardware_class_is_within_the_median_target():
 
 @pytest.mark.parametrize("name", sorted(IN_SAMPLE_LIMITS))
 def test_in_sample_error_has_not_regressed(name):
-    profiles = {m.id: profile_for(m) for m in MEASUREMENTS}
-    values = sorted(
-        abs(errors()[m.id])
-        for m in MEASUREMENTS
-        if name in ("all", f"{profiles[m.id].hardware_class}/{profiles[m.id].engine}")
-    )
+    values = sorted(abs(errors()[m.id]) for m in MEASUREMENTS if name in ("all", group_of(m)))
     assert len(values) >= 3, f"{name}: {len(values)} measurements"
     median, p90 = percentile(values, 50), percentile(values, 90)
     median_max, p90_max = IN_SAMPLE_LIMITS[name]
