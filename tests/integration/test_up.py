@@ -135,6 +135,13 @@ def test_up_check_only_matches_the_plan_exactly(arch, models, tmp_path):
     env = _env()
     db = tmp_path / "history.sqlite"
     if arch == "llama":  # the dense run also carries planted secrets (issue 28, F1)
+        # and a short eval after the smoke bench: 3 of 5 items, sent with the engine's key
+        tasks = tmp_path / "never.jsonl"
+        lines = [
+            {"id": f"n{i}", "prompt": f"Say {i}", "answer": "servefit-never"} for i in range(5)
+        ]
+        tasks.write_text("".join(json.dumps(x) + "\n" for x in lines))
+        args += ["--eval", str(tasks), "--eval-items", "3"]
         args += ["--db", str(db), "--", "--api-key", PLANTED_KEY, "--hf-token", PLANTED_TOKEN]
         env["MY_SERVICE_TOKEN"] = PLANTED_ENV
     t0 = time.monotonic()
@@ -163,7 +170,11 @@ def test_up_check_only_matches_the_plan_exactly(arch, models, tmp_path):
     assert (summary["successful"], summary["errored"], summary["incomplete"]) == (4, 0, 0)
     assert len((run_dir / "bench" / "requests.jsonl").read_text().splitlines()) == 4
     assert "Findings: none" in done.stdout
-    _assert_nothing_left(run_dir, port)
+    if arch == "llama":  # every one of the 3 items answered (the key sent), none right
+        scored = json.loads((run_dir / "eval" / "eval.json").read_text())["items"]
+        assert len({i["item_id"] for i in scored}) == 3
+        assert [i["correct"] for i in scored] == [False] * 3
+        assert "0/3 right" in done.stdout and "## Eval" in (run_dir / "report.md").read_text()
     print(f"\n{arch}: command to ready {startup['ready_s']:.1f} s, whole up {seconds:.1f} s")
     print(done.stdout)
 

@@ -94,6 +94,13 @@ def world(tmp_path_factory):
             "bench (API key)",
             _run(env, "bench", url, *bench_flags, "--output", str(root / "bench-key")),
         )
+        tasks = root / "tasks.jsonl"
+        tasks.write_text('{"prompt": "Say yes", "answer": "yes"}\n')
+        no_key = {k: v for k, v in env.items() if k != "OPENAI_API_KEY"}
+        for name, target, run_env in (("url", with_user, no_key), ("key", url, env)):
+            out = str(root / f"eval-{name}")
+            done = _run(run_env, "eval", target, "--tasks", str(tasks), "--output", out)
+            record(f"eval ({name})", done)
     extra = ["--", "--api-key", API_KEY, "--hf-token", HF_TOKEN]
     record("plan --json", _run(env, "plan", MODEL, "--gpu", "H100", "--save", "--json"))
     # plan takes no engine flags: click's usage error quotes them, and is redacted too
@@ -152,6 +159,8 @@ def test_no_file_holds_a_planted_secret(world):
     root, _, _, _ = world
     assert (root / "bench-url" / "summary.json").exists()
     assert (root / "bench-key" / "requests.jsonl").exists()
+    assert (root / "eval-url" / "items.jsonl").exists()
+    assert json.loads((root / "eval-url" / "eval.json").read_text())["url"].startswith("http://127")
     assert _walk(root) == {}
 
 

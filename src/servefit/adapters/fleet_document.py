@@ -97,6 +97,7 @@ def recommendation_document(outcome: FleetOutcome) -> dict[str, Any]:
             "disaggregated": r.disaggregated,
             "fp8": r.allow_fp8,
             "success_rate": r.success_rate,
+            "success_source": r.success_source or "--success-rate",
             "vllm_version": r.vllm_version,
         },
         "search_space": {

@@ -30,7 +30,7 @@ from servefit.errors import HistoryError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite 3 database file
 BUSY_TIMEOUT_MS = 30_000  # how long a writer waits for another's transaction before failing
-KINDS = ("plan", "bench", "up", "report")
+KINDS = ("plan", "bench", "up", "report", "eval")
 
 # The headline numbers kept as columns (predicted_<name>, measured_<name>) so a deployment's
 # runs can be queried over time without parsing JSON.

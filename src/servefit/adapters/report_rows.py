@@ -165,7 +165,11 @@ def checklist_rows(doc: ReportDocument) -> dict[str, list[tuple[str, str]]]:
             (
                 "per successful task",
                 f"${c.usd_per_successful_task:,.5f}"
-                + "".join(f" ({a})" for a in c.assumptions if a.startswith("a task takes")),
+                + "".join(
+                    f" ({a})"
+                    for a in c.assumptions
+                    if a.startswith(("a task takes", "over that interval"))
+                ),
             ),
         ]
         if doc.cost_basis:

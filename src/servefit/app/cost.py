@@ -25,6 +25,8 @@ class CostRequest:
     utilization: float = 1.0
     requests_per_task: float | None = None  # None: one session (its turns' requests)
     success_rate: float = 1.0
+    success_source: str = ""  # a measured rate's origin (``--success-from``)
+    success_range: tuple[float, float] | None = None  # and its interval
     requests_per_day: float | None = None
     api_name: str | None = None
     api_usd_per_million_input: float | None = None
@@ -81,6 +83,8 @@ def cost_inputs(
         requests_per_task=req.requests_per_task,
         success_rate=req.success_rate,
         requests_per_day=req.requests_per_day,
+        success_source=req.success_source,
+        success_range=req.success_range,
     )
 
 

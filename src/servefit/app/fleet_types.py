@@ -38,6 +38,7 @@ class FleetRequest:
     gpus_per_node: int = 8
     disaggregated: bool = True
     success_rate: float = 1.0  # of tasks: $/successful task = $/task / success rate
+    success_source: str = ""  # a measured rate's origin (``--success-from``)
     allow_fp8: bool = True  # online fp8 weights and fp8 KV where the GPU has FP8 tensor cores
     top: int = 5  # fleets simulated in full before the cost bound prunes the rest
     allow_hub: bool = True

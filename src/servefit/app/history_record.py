@@ -8,6 +8,7 @@ plan       the plan's performance and KV    -
 bench      ``--plan-model``'s prediction    the summary (a sweep: the best level's)
 up         the launched plan (``plan.json``)  KV tokens vLLM logged; the ``--smoke`` bench
 report     the report's plan                its ``--bench`` run
+eval       -                                - (its accuracy is in the results document)
 =========  ===============================  ============================================
 
 A bench of a server whose flags servefit did not see keys on the model and the ``--gpu``
@@ -31,6 +32,7 @@ from servefit.core.stats import percentile
 from servefit.errors import ServefitError
 
 if TYPE_CHECKING:
+    from servefit.adapters.eval_document import EvalDocument
     from servefit.adapters.plan_document import PlanDocument
     from servefit.adapters.report_document import ReportDocument
     from servefit.bench.metrics import Summary
@@ -231,6 +233,7 @@ def record_up(
     *,
     exit_code: int,
     smoke: dict[str, Any] | None,
+    evaluation: dict[str, Any] | None = None,
 ) -> int:
     """A launched ``up`` run, from its run folder: the plan it launched (``plan.json``), the
     startup log held against it (``startup.json``) and the smoke bench."""
@@ -257,6 +260,27 @@ def record_up(
         kv_cache_tokens=logged_kv,
     )
     results = {"exit_code": exit_code, "plan": plan_data, "startup": startup, "smoke": smoke}
+    if evaluation is not None:
+        results["eval"] = evaluation
     return record_run(
         db_path, "up", plan_key(doc), inputs, results, plan_headline(doc), measured, run_dir
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# eval
+
+
+def record_eval(
+    db_path: Path, doc: EvalDocument, inputs: dict[str, Any], run_dir: Path | str | None
+) -> int:
+    """An eval run: its document (accuracy per task, every item's score); keyed on the
+    model the server answered as (no headline: accuracy is not a speed)."""
+    return record_run(
+        db_path,
+        "eval",
+        DeploymentKey(model=doc.model),
+        inputs,
+        as_json(doc),
+        run_dir=None if run_dir is None else str(run_dir),
     )

@@ -37,6 +37,8 @@ class ReportRequest:
     usd_per_gpu_hour: float | None = None
     requests_per_task: float | None = None  # None: one session (its turns' requests)
     success_rate: float = 1.0
+    success_source: str = ""  # a measured rate's origin (``--success-from``)
+    success_range: tuple[float, float] | None = None  # and its interval
     served_model_name: str | None = None  # the alias the benchmarked server was started with
 
     def __post_init__(self) -> None:
@@ -172,7 +174,10 @@ def report_deployment(
         if price is not None:
             usd, source = price
             terms = CostRequest(
-                requests_per_task=req.requests_per_task, success_rate=req.success_rate
+                requests_per_task=req.requests_per_task,
+                success_rate=req.success_rate,
+                success_source=req.success_source,
+                success_range=req.success_range,
             )
             inputs = cost_inputs(perf, plan.settings.num_gpus, usd, source, terms)
             at_measured = _measured_inputs(inputs, measured)

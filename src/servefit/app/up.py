@@ -51,12 +51,15 @@ from servefit.app.up_report import (
     UpResult,
     default_run_dir,
     describe,
+    eval_line,
+    launch_eval,
     num,
     smoke_bench,
     write_report,
     write_startup,
 )
 from servefit.core.engines.vllm_cpu import KVCACHE_SPACE_ENV
+from servefit.core.evals import EvalItem
 from servefit.core.plan import CapacityPlan
 from servefit.errors import InvalidArgumentError
 from servefit.units import GIB_BYTES
@@ -77,6 +80,7 @@ class UpRequest:
     host: str = "127.0.0.1"
     port: int = 8000
     smoke_requests: int = 0
+    eval_items: tuple[EvalItem, ...] = ()  # ``--eval``: scored after the smoke bench
     is_check_only: bool = False
     run_dir: Path | None = None
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
@@ -383,6 +387,14 @@ def run_up(req: UpRequest, say: Say, echo: Say | None = None) -> UpResult:
                     f"(planned {num(s['predicted']['tpot_s'])})"
                 )
                 if s["errored"] or s["incomplete"]:
+                    result.exit_code = 1
+            if req.eval_items:
+                say(f"Eval: {len(req.eval_items)} items, greedy ...")
+                result.eval = launch_eval(
+                    list(req.eval_items), base_url, run_dir / "eval", api_key=api_key
+                )
+                say(f"  {eval_line(result.eval)}")
+                if result.eval["failed"] or not result.eval["scored"]:
                     result.exit_code = 1
             write_startup(run_dir, result, watch.log)
             write_report(run_dir, outcome, result, hw.description)

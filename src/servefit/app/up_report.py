@@ -28,6 +28,7 @@ class UpResult:
     ready_s: float | None = None  # from the command's start to /v1/models answering
     launch_to_ready_s: float | None = None
     smoke: dict[str, Any] | None = None
+    eval: dict[str, Any] | None = None  # ``--eval``: the short eval after the smoke bench
     command: list[str] = field(default_factory=list)
 
     @property
@@ -115,6 +116,36 @@ def smoke_bench(
     }
 
 
+def launch_eval(
+    items: list[Any], base_url: str, out_dir: Path, *, api_key: str | None, seed: int = 0
+) -> dict[str, Any]:
+    """``up --eval``: the already-read items (a seeded subset) scored against the engine just
+    launched, with servefit's own runner (greedy, the served model); SIGINT or SIGTERM during
+    it is handed on once what was scored is written, so the engine still stops."""
+    import signal
+
+    from servefit.app.evals import EvalRequest, evaluate
+    from servefit.bench.evals import EvalConfig
+    from servefit.bench.interrupt import Interrupt
+
+    request = EvalRequest(config=EvalConfig(base_url=base_url, seed=seed), out_dir=out_dir)
+    with Interrupt(hand_on=frozenset({signal.SIGINT, signal.SIGTERM})) as interrupt:
+        doc = evaluate(request, api_key=api_key, interrupt=interrupt, items=items)
+    o = doc.overall
+    return {
+        "items": len(items),
+        "scored": o.scored,
+        "correct": o.correct,
+        "failed": o.failed,
+        "accuracy": o.accuracy,
+        "low": o.low,
+        "high": o.high,
+        "confidence": o.confidence,
+        "tasks": {t.task: t.accuracy for t in doc.tasks},
+        "folder": str(out_dir),
+    }
+
+
 def write_report(run_dir: Path, outcome: PlanOutcome, result: UpResult, hw: str) -> None:
     """``report.md``: the plan, the startup log held against it, the smoke bench."""
     plan = outcome.capacity
@@ -171,7 +202,19 @@ def write_report(run_dir: Path, outcome: PlanOutcome, result: UpResult, hw: str)
             "Predictions on a CPU rest on an assumed memory bandwidth and the generic "
             "efficiency profile; capacity figures do not.",
         ]
+    if result.eval is not None:
+        lines += ["", "## Eval (answers, greedy)", "", eval_line(result.eval)]
     write_text(run_dir / "report.md", "\n".join(lines) + "\n")
+
+
+def eval_line(e: dict[str, Any]) -> str:
+    """``up --eval``'s result in one line."""
+    if e["accuracy"] is None:
+        return f"{e['items']} items: none scored ({e['failed']} failed requests)"
+    return (
+        f"{e['correct']}/{e['scored']} right ({e['accuracy']:.1%}, {e['confidence']:.0%} "
+        f"interval {e['low']:.1%}-{e['high']:.1%}), {e['failed']} failed; items in {e['folder']}"
+    )
 
 
 def startup_doc(result: UpResult, log: StartupLog) -> dict[str, Any]:

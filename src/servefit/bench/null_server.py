@@ -6,6 +6,11 @@ Tokens are whitespace-separated words: ``/tokenize`` and ``usage.prompt_tokens``
 Fault injection for tests: a prompt containing ``__HTTP_429__``, ``__HTTP_500__``,
 ``__DISCONNECT__`` (cut the stream after a few tokens), ``__MALFORMED__`` (a non-JSON
 ``data:`` line) or ``__HANG__`` (stop sending without closing) triggers that fault.
+
+Answers for evals: with ``answers`` (``--answers TASKS``, an eval task file) a prompt that is
+one of the file's items is answered with that item's reference answer, word by word; any
+other prompt gets the usual ``tok`` words. So one null server answers a task set right and
+another (without the file, or with part of it) wrong, at known timings.
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -46,6 +52,7 @@ class NullServerConfig:
     output_len: int = 16  # used when the request sets no max_tokens
     honor_max_tokens: bool = True
     max_concurrency: int | None = None  # more requests than this wait their turn (a capacity)
+    answers: Mapping[str, str] = field(default_factory=dict)  # prompt -> the answer's text
 
 
 def _prompt_text(body: dict[str, Any]) -> str:
@@ -149,12 +156,18 @@ class NullServer:
             else self.config.output_len
         )
         prompt_tokens = len(prompt.split())
+        answer = self.config.answers.get(prompt)
+        pieces = [" tok"] * n if answer is None else [f" {w}" for w in answer.split()][:n]
+        n = len(pieces)
         self.requests_total += 1
         if not body.get("stream"):
             await asyncio.sleep(self.config.ttft_s + self.config.itl_s * max(n - 1, 0))
             self.tokens_total += n
-            text = " tok" * n
-            choice = {"index": 0, "finish_reason": "length"}
+            text = "".join(pieces)
+            choice: dict[str, Any] = {
+                "index": 0,
+                "finish_reason": "length" if answer is None else "stop",
+            }
             choice.update(
                 {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
             )
@@ -197,7 +210,7 @@ class NullServer:
             await asyncio.sleep(self.config.ttft_s)
         self.running += 1
         try:
-            await self._stream_tokens(n, prompt, send, chunk, request, arrived)
+            await self._stream_tokens(pieces, prompt, send, chunk, request, arrived)
         except _DisconnectedError:
             return response
         finally:
@@ -224,9 +237,16 @@ class NullServer:
         return response
 
     async def _stream_tokens(
-        self, n: int, prompt: str, send: Any, chunk: Any, request: web.Request, arrived: float
+        self,
+        pieces: list[str],
+        prompt: str,
+        send: Any,
+        chunk: Any,
+        request: web.Request,
+        arrived: float,
     ) -> None:
-        for i in range(n):
+        n = len(pieces)
+        for i, piece in enumerate(pieces):
             if i and self.config.itl_s:
                 await asyncio.sleep(self.config.itl_s)
             if "__DISCONNECT__" in prompt and i == min(3, n - 1):
@@ -237,7 +257,7 @@ class NullServer:
                 continue
             if "__HANG__" in prompt and i == min(2, n - 1):
                 await asyncio.sleep(HANG_S)
-            await send(chunk(" tok", "length" if i == n - 1 else None))
+            await send(chunk(piece, "length" if i == n - 1 else None))
             if i == 0:
                 self._observe_ttft(time.perf_counter() - arrived)
 

@@ -13,11 +13,17 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from servefit.adapters.redact import redact_text, write_text
-from servefit.bench.records import RequestRecord
 from servefit.errors import InvalidArgumentError
+
+
+class _Line(Protocol):
+    def model_dump_json(self) -> str: ...
+
+
+R = TypeVar("R", bound=_Line)
 
 
 def _unwritable(directory: Path, error: OSError) -> InvalidArgumentError:
@@ -47,12 +53,14 @@ def write_document(directory: Path, name: str, doc: Any) -> None:
 
 
 @dataclass(slots=True)
-class ResultWriter:
-    """Appends each record to requests.jsonl as it completes (nothing held back)."""
+class ResultWriter(Generic[R]):
+    """Appends each record to ``filename`` (a bench's requests.jsonl, an eval's items.jsonl)
+    as it completes (nothing held back)."""
 
     directory: Path | None
-    listener: Callable[[RequestRecord], None] | None = None  # e.g. a progress bar
-    records: list[RequestRecord] = field(default_factory=list)
+    listener: Callable[[R], None] | None = None  # e.g. a progress bar
+    filename: str = "requests.jsonl"
+    records: list[R] = field(default_factory=list)
     error: OSError | None = None  # the first failed write: the records are kept in memory
     _file: Any = None
 
@@ -60,11 +68,11 @@ class ResultWriter:
         if self.directory is not None:
             prepare_output(self.directory)
             try:
-                self._file = (self.directory / "requests.jsonl").open("a", encoding="utf-8")
+                self._file = (self.directory / self.filename).open("a", encoding="utf-8")
             except OSError as error:
                 raise _unwritable(self.directory, error) from None
 
-    def __call__(self, record: RequestRecord) -> None:
+    def __call__(self, record: R) -> None:
         self.records.append(record)
         if self._file is not None and self.error is None:
             try:

@@ -209,7 +209,8 @@ async def run_bench(
     (``interrupt`` cancels it: a signal, or :meth:`Interrupt.trigger`) or when the server
     dies mid-run (raises ServerError if it never answered)."""
     interrupt = interrupt or Interrupt()
-    writer = ResultWriter(out_dir, listener)  # an unwritable --output: nothing sent
+    # an unwritable --output: nothing sent
+    writer: ResultWriter[RequestRecord] = ResultWriter(out_dir, listener)
     clock = Clock()
     interrupted = False
     warnings: list[str] = []

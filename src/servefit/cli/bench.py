@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -27,7 +27,9 @@ from servefit.cli.output import (
     EXIT_TERMINATED,
     emit_json,
     fail,
+    progress_bar,
 )
+from servefit.cli.types import RunByDefaultGroup
 from servefit.errors import InvalidArgumentError, ServefitError
 
 if TYPE_CHECKING:
@@ -38,17 +40,7 @@ if TYPE_CHECKING:
     from servefit.bench.search import SweepLevel
 
 
-class _BenchGroup(click.Group):
-    """``servefit bench URL ...`` measures (the ``run`` command, the default);
-    ``servefit bench compare BASELINE CANDIDATE`` holds two measured runs side by side."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if not args or args[0] not in self.commands:
-            args = ["run", *args]
-        return super().parse_args(ctx, args)
-
-
-@click.group(cls=_BenchGroup)
+@click.group(cls=RunByDefaultGroup)
 def bench() -> None:
     """Measure an OpenAI-compatible server at URL (http://host:port, with or without /v1):
     TTFT, TPOT, ITL, throughput, goodput, cached tokens. `bench compare A B` holds two runs
@@ -127,7 +119,7 @@ def _measure(
     prediction = _predict(model, gpu, tp, cfg) if model else None
     w = cfg.workload
     total = w.num_requests * (w.turns if w.kind == "agent" else 1)
-    with _monitor(monitor, out), _progress(as_json, total) as listener:
+    with _monitor(monitor, out), progress_bar(as_json, total, "requests") as listener:
         return measure(
             cfg,
             api_key=api_key,
@@ -285,27 +277,6 @@ def _monitor(enabled: bool, out: Path | None) -> Any:
 
     out.mkdir(parents=True, exist_ok=True)
     return GpuMonitor(out / "gpu_samples.jsonl")
-
-
-@contextlib.contextmanager
-def _progress(quiet: bool, total: int) -> Iterator[Any]:
-    """A live progress bar on an interactive stderr; nothing otherwise."""
-    if quiet or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as bar:
-        task = bar.add_task("requests", total=total)
-        yield lambda record: bar.advance(task)
 
 
 def _level_line(level: SweepLevel) -> str:

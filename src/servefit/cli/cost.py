@@ -39,6 +39,7 @@ def cost(
     utilization: float,
     requests_per_task: float | None,
     success_rate: float,
+    success_from: str | None,
     requests_per_day: float | None,
     api_name: str | None,
     api_usd_per_million_input: float | None,
@@ -50,6 +51,7 @@ def cost(
     throughput, and the break-even against a per-token API."""
     from servefit.adapters.perf_document import cost_outcome_document
     from servefit.app.cost import CostRequest, estimate_deployment_cost
+    from servefit.app.evals import success_terms
 
     try:
         if flags.get("concurrency") is None and flags.get("request_rate") is None:
@@ -58,10 +60,10 @@ def cost(
         outcome = estimate_deployment_cost(
             d,
             CostRequest(
+                **success_terms(success_rate, success_from),
                 usd_per_gpu_hour=usd_per_gpu_hour,
                 utilization=utilization,
                 requests_per_task=requests_per_task,
-                success_rate=success_rate,
                 requests_per_day=requests_per_day,
                 api_name=api_name,
                 api_usd_per_million_input=api_usd_per_million_input,

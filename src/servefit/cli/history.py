@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from servefit.app.history import RunRecord
 
 WIDE_COLUMNS = 160
-KINDS = ("plan", "bench", "up", "report")  # as servefit.adapters.history.KINDS (lazy import)
+# as servefit.adapters.history.KINDS (imported lazily)
+KINDS = ("plan", "bench", "up", "report", "eval")
 
 DB_OPTION = click.option(
     "--db",
@@ -145,6 +146,14 @@ def _ratio(measured: float | None, predicted: float | None) -> float | None:
     return measured / predicted
 
 
+def _eval_cell(run: RunRecord) -> str | None:
+    """An eval run's accuracy, where a deployment's settings would be."""
+    overall = run.results.get("overall") if run.kind == "eval" else None
+    if not isinstance(overall, dict) or overall.get("accuracy") is None:
+        return None
+    return f"accuracy {overall['accuracy']:.1%} ({overall['correct']}/{overall['scored']})"
+
+
 def _num(value: float | None, scale: float = 1.0, fmt: str = ",.0f") -> str:
     return "-" if value is None else format(value * scale, fmt)
 
@@ -176,7 +185,7 @@ def render_runs(runs: list[RunRecord], path: Path, console: Console | None = Non
             r.kind,
             r.model or "-",
             r.gpu or "-",
-            " ".join(r.deployment_key.split("|")[2:]) or "-",
+            _eval_cell(r) or " ".join(r.deployment_key.split("|")[2:]) or "-",
             f"{_num(p.output_tok_per_s)} / {_num(m.output_tok_per_s)}",
             "-" if ratio is None else f"{ratio:.2f}",
             f"{_num(ttft_p, 1000, ',.1f')} / {_num(ttft_m, 1000, ',.1f')}",

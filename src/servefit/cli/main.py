@@ -25,6 +25,7 @@ COMMANDS = {
     "cost": "servefit.cli.cost:cost",
     "report": "servefit.cli.report:report",
     "bench": "servefit.cli.bench:bench",
+    "eval": "servefit.cli.eval:eval_",
     "null-server": "servefit.cli.null_server:null_server",
     "preflight": "servefit.cli.preflight:preflight",
     "up": "servefit.cli.up:up",

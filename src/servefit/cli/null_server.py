@@ -8,7 +8,7 @@ import click
 
 from servefit.cli.output import fail
 from servefit.cli.types import NON_NEGATIVE_FLOAT
-from servefit.errors import InvalidArgumentError
+from servefit.errors import InvalidArgumentError, ServefitError
 
 
 @click.command("null-server")
@@ -26,6 +26,13 @@ from servefit.errors import InvalidArgumentError
 )
 @click.option("--output-len", type=int, default=16, show_default=True, help="Default max_tokens.")
 @click.option("--max-concurrency", type=int, help="Requests served at once; the rest queue.")
+@click.option(
+    "--answers",
+    "answer_files",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="An eval task file: its prompts are answered with their reference answers.",
+)
 def null_server(
     host: str,
     port: int,
@@ -33,12 +40,24 @@ def null_server(
     itl_ms: float,
     output_len: int,
     max_concurrency: int | None,
+    answer_files: tuple[str, ...],
 ) -> None:
     """An OpenAI-compatible server with known timings: the client's own ceiling."""
     from servefit.bench.null_server import NullServerConfig, serve
 
     if ttft_ms < 0 or itl_ms < 0 or output_len < 1:
         fail(InvalidArgumentError("--ttft-ms and --itl-ms must be >= 0 and --output-len >= 1"))
+    answers: dict[str, str] = {}
+    if answer_files:
+        from pathlib import Path
+
+        from servefit.bench.eval_tasks import read_tasks
+
+        try:
+            items = read_tasks([Path(f) for f in answer_files])
+        except ServefitError as error:
+            fail(error)
+        answers = {item.prompt: item.reference for item in items}
     click.echo(
         f"servefit null-server on http://{host}:{port} (TTFT {ttft_ms} ms, ITL {itl_ms} ms)",
         err=True,
@@ -48,5 +67,6 @@ def null_server(
         itl_s=itl_ms / 1000,
         output_len=output_len,
         max_concurrency=max_concurrency,
+        answers=answers,
     )
     serve(host, port, config)

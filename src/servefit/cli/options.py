@@ -230,7 +230,14 @@ TASK_OPTIONS = [
         help="Requests one task takes [1; an agent session's turns with --turns].",
     ),
     click.option("--success-rate", type=FINITE_FLOAT, default=1.0, show_default=True),
+    click.option(
+        "--success-from",
+        metavar="RUN[:TASK]",
+        help="The success rate measured by `servefit eval`: a history id, an --output "
+        "folder or an eval.json (a task's accuracy with :TASK) [instead of --success-rate].",
+    ),
 ]
+
 
 hardware_options = _apply(HARDWARE_OPTIONS)
 task_options = _apply(TASK_OPTIONS)

@@ -15,7 +15,9 @@ code  meaning
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -58,3 +60,25 @@ def console() -> Console:
 
 def verdict_exit(fits: bool) -> NoReturn:
     sys.exit(EXIT_OK if fits else EXIT_DOES_NOT_FIT)
+
+
+@contextlib.contextmanager
+def progress_bar(quiet: bool, total: int, label: str) -> Iterator[Any]:
+    """A live progress bar on an interactive stderr (the listener advances it); nothing
+    otherwise."""
+    if quiet or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda record: bar.advance(task)

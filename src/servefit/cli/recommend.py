@@ -57,6 +57,12 @@ from servefit.errors import InvalidArgumentError, ServefitError
     show_default=True,
     help="Of tasks (sessions), the share that succeed: $/successful task = $/task / it.",
 )
+@click.option(
+    "--success-from",
+    metavar="RUN[:TASK]",
+    help="The success rate measured by `servefit eval` (a history id, an --output folder or "
+    "an eval.json; a task's accuracy with :TASK) [instead of --success-rate].",
+)
 @click.option("--gpus-per-node", type=int, default=8, show_default=True)
 @click.option(
     "--disaggregated/--no-disaggregated",
@@ -177,6 +183,9 @@ def fleet_request(models: tuple[str, ...], flags: dict[str, Any]) -> Any:
         from servefit.adapters.speculative_config import read_speculative_config
 
         speculative = read_speculative_config(flags["speculative_config"], version)
+    from servefit.app.evals import success_terms
+
+    success = success_terms(flags["success_rate"], flags["success_from"])
     return FleetRequest(
         models=models,
         workload=workload,
@@ -191,7 +200,8 @@ def fleet_request(models: tuple[str, ...], flags: dict[str, Any]) -> Any:
         gpus_per_node=flags["gpus_per_node"],
         disaggregated=flags["disaggregated"],
         allow_fp8=flags["fp8"],
-        success_rate=flags["success_rate"],
+        success_rate=success["success_rate"],
+        success_source=success.get("success_source", ""),
         top=flags["top"],
         allow_hub=not flags["offline"],
         vllm_version=version,

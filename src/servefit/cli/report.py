@@ -60,6 +60,7 @@ def report(
     usd_per_gpu_hour: float | None,
     requests_per_task: float | None,
     success_rate: float,
+    success_from: str | None,
     compare_files: tuple[str, str] | None,
     fmt: str,
     output: str | None,
@@ -80,6 +81,7 @@ def report(
         served_model_name=served_model_name,
         requests_per_task=requests_per_task,
         success_rate=success_rate,
+        success_from=success_from,
     )
     doc = None
     try:
@@ -92,6 +94,7 @@ def report(
         else:
             if model is None or not flags.get("gpu"):
                 raise InvalidArgumentError("report needs MODEL and --gpu (or --compare A B)")
+            from servefit.app.evals import success_terms
             from servefit.app.report import ReportRequest, report_deployment
 
             doc = report_deployment(
@@ -101,7 +104,7 @@ def report(
                     gpu_samples=gpu_samples,
                     usd_per_gpu_hour=usd_per_gpu_hour,
                     requests_per_task=requests_per_task,
-                    success_rate=success_rate,
+                    **success_terms(success_rate, success_from),
                     served_model_name=served_model_name,
                 ),
             )

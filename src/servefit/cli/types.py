@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import click
 
@@ -66,3 +66,18 @@ class FiniteFloat(click.ParamType):
 FINITE_FLOAT = FiniteFloat()
 NON_NEGATIVE_FLOAT = FiniteFloat(0.0)  # a delay, a pause: 0 allowed
 POSITIVE_FLOAT = FiniteFloat(0.0, is_minimum_open=True)  # a scale, a price, a timeout
+
+
+class RunByDefaultGroup(click.Group):
+    """A command group whose ``run`` subcommand is the default: ``servefit bench URL ...`` is
+    ``bench run URL ...`` while ``bench compare A B`` names its subcommand. A subcommand may
+    also be spelled as an option (``eval --compare A B``), as its ``aliases`` say."""
+
+    aliases: ClassVar[dict[str, str]] = {}
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] in self.aliases:
+            args = [self.aliases[args[0]], *args[1:]]
+        if not args or args[0] not in self.commands:
+            args = ["run", *args]
+        return super().parse_args(ctx, args)

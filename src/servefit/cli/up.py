@@ -25,6 +25,20 @@ from servefit.errors import ServefitError
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address vLLM listens on.")
 @click.option("--port", type=int, default=8000, show_default=True)
 @click.option("--smoke", type=int, default=0, help="Run N requests of the planned workload.")
+@click.option(
+    "--eval",
+    "eval_files",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="After the smoke bench, score this eval task file's items (repeatable).",
+)
+@click.option(
+    "--eval-items",
+    type=click.IntRange(1),
+    default=20,
+    show_default=True,
+    help="A fixed, seeded subset of this many --eval items.",
+)
 @click.option("--check-only", is_flag=True, help="Stop the engine after the checks (CI).")
 @click.option("--run-dir", type=click.Path(file_okay=False), help="[servefit-runs/up-<time>]")
 @click.option(
@@ -43,6 +57,8 @@ def up(
     host: str,
     port: int,
     smoke: int,
+    eval_files: tuple[str, ...],
+    eval_items: int,
     check_only: bool,
     run_dir: str | None,
     startup_timeout_s: float,
@@ -67,12 +83,14 @@ def up(
 
     inputs = {"model": model, "extra": list(extra), "host": host, "port": port, **flags}
     inputs.update(smoke=smoke, check_only=check_only, run_dir=run_dir)
+    inputs.update(eval_files=list(eval_files), eval_items=eval_items)
     try:
         is_version_given = flags.get("vllm_version") is not None
         gpu = flags.get("gpu")
         if gpu is not None and gpu.strip().lower() in ("auto", "cpu"):
             flags["gpu"] = None  # detected, not looked up in the catalog
         d = build_deployment(model, flags, extra_args=tuple(extra))
+        items = _eval_items(eval_files, eval_items)  # a malformed file: exit 2 before launch
         request = UpRequest(
             deployment=d,
             gpu=gpu,
@@ -80,6 +98,7 @@ def up(
             host=host,
             port=port,
             smoke_requests=smoke,
+            eval_items=items,
             is_check_only=check_only,
             run_dir=Path(run_dir) if run_dir else None,
             startup_timeout_s=startup_timeout_s,
@@ -104,7 +123,27 @@ def up(
         record_quietly(
             db,
             lambda path: record_up(
-                path, folder, inputs, exit_code=result.exit_code, smoke=result.smoke
+                path,
+                folder,
+                inputs,
+                exit_code=result.exit_code,
+                smoke=result.smoke,
+                evaluation=result.eval,
             ),
         )
     sys.exit(result.exit_code)
+
+
+def _eval_items(files: tuple[str, ...], count: int) -> tuple[Any, ...]:
+    """``--eval`` FILEs read and checked now, a seeded subset of ``count`` kept."""
+    if not files:
+        return ()
+    from servefit.app.evals import EvalRequest, eval_items
+    from servefit.bench.evals import EvalConfig
+
+    request = EvalRequest(
+        config=EvalConfig(base_url="http://unused"),
+        task_files=tuple(Path(f) for f in files),
+        sample=count,
+    )
+    return tuple(eval_items(request))

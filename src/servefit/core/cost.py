@@ -65,6 +65,14 @@ class ApiPrice:
         ) / 1e6
 
 
+def _usd(amount: float) -> str:
+    """Dollars to three significant figures, without an exponent ($0.000133, $12.3)."""
+    if amount <= 0 or not math.isfinite(amount):
+        return f"${amount:g}"
+    decimals = max(2, 2 - math.floor(math.log10(amount)))
+    return f"${amount:,.{decimals}f}"
+
+
 def check_task_terms(requests_per_task: float | None, success_rate: float) -> None:
     """What a successful task is: ``--requests-per-task`` >= 1, ``--success-rate`` in (0, 1]
     (``cost`` and ``report`` take both)."""
@@ -89,6 +97,9 @@ class CostInputs:
     requests_per_task: float = 1.0
     requests_per_session: float = 1.0  # turns of an agent session
     success_rate: float = 1.0
+    # where a measured success rate came from (``--success-from``), and its interval
+    success_source: str = ""
+    success_range: tuple[float, float] | None = None
     requests_per_day: float | None = None
     price_source: str = ""
 
@@ -207,10 +218,18 @@ def estimate_cost(c: CostInputs, api: ApiPrice | None = None) -> CostEstimate:
             f"a session is {c.requests_per_session:g} turns, each re-sending the history; "
             "token counts and $/request are means over all turns"
         )
-    if c.success_rate < 1 or c.requests_per_task > 1:
+    per_task = usd_per_request * c.requests_per_task
+    if c.success_rate < 1 or c.requests_per_task > 1 or c.success_source:
         assumptions.append(
             f"a task takes {c.requests_per_task:g} request(s) and succeeds "
-            f"{c.success_rate:.0%} of the time"
+            f"{c.success_rate:.1%} of the time"
+            + (f" ({c.success_source})" if c.success_source else "")
+        )
+    if c.success_range is not None and c.success_range[0] > 0:
+        low, high = c.success_range
+        assumptions.append(
+            f"over that interval a successful task costs {_usd(per_task / high)} to "
+            f"{_usd(per_task / low)}"
         )
     return CostEstimate(
         usd_per_hour=usd_per_hour,
@@ -218,7 +237,7 @@ def estimate_cost(c: CostInputs, api: ApiPrice | None = None) -> CostEstimate:
         usd_per_million_input_tokens=per_m_in,
         usd_per_million_output_tokens=per_m_out,
         usd_per_million_tokens=per_m_all,
-        usd_per_successful_task=usd_per_request * c.requests_per_task / c.success_rate,
+        usd_per_successful_task=per_task / c.success_rate,
         prefill_share=prefill_share,
         gpu_hours_per_day=(
             _scenario("", c.requests_per_day, c, None).gpu_hours_per_day
@@ -244,6 +263,8 @@ def cost_inputs_for(
     requests_per_task: float | None = None,
     success_rate: float = 1.0,
     requests_per_day: float | None = None,
+    success_source: str = "",
+    success_range: tuple[float, float] | None = None,
 ) -> CostInputs:
     """The cost model's inputs from a performance plan at its workload: the simulated
     request throughput, prefill share of the GPU time and mean tokens per request (over
@@ -262,6 +283,8 @@ def cost_inputs_for(
         requests_per_task=float(load.turns) if requests_per_task is None else requests_per_task,
         requests_per_session=float(load.turns),
         success_rate=success_rate,
+        success_source=success_source,
+        success_range=success_range,
         requests_per_day=requests_per_day,
         price_source=price_source,
     )
