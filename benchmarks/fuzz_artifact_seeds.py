@@ -250,3 +250,32 @@ def calibration_json() -> str:
         median_error_after=0.05,
     )
     return doc.model_dump_json(indent=1)
+
+
+@functools.cache
+def eval_json() -> str:
+    """An eval run's ``eval.json`` as ``servefit eval --output`` writes it: two tasks, 7 of 10
+    right, one request failed, built through servefit's own types."""
+    from servefit.adapters.eval_document import eval_document
+    from servefit.bench.evals import EvalConfig, EvalRunResult, ItemRecord
+
+    records = [
+        ItemRecord(
+            item_id=f"q{i}",
+            task="gsm8k" if i < 6 else "mmlu",
+            scorer="number" if i < 6 else "choice",
+            reference="7" if i < 6 else "B",
+            answer="#### 7" if i < 7 else "C",
+            correct=i < 7,
+            prompt_tokens=40,
+            completion_tokens=12,
+            latency_s=0.25,
+        )
+        for i in range(10)
+    ]
+    records.append(
+        ItemRecord(item_id="q10", task="mmlu", scorer="choice", reference="A", error="HTTP 500")
+    )
+    result = EvalRunResult(model=MODEL, records=tuple(records), not_run=0, interrupted=None)
+    cfg = EvalConfig(base_url="http://127.0.0.1:8000")
+    return eval_document(result, cfg, ["tasks.jsonl"]).model_dump_json(indent=2)

@@ -13,7 +13,8 @@ inserted; the file re-encoded as UTF-16, Latin-1 or with a BOM, truncated, cut m
   ``gpu_samples.jsonl``; plain, or the ``--prefix-cache-compare`` layout with ``cold/`` and
   ``warm/``), read by ``servefit report MODEL --bench DIR --format json``;
 - *facts*: a preflight recording, judged by ``servefit preflight MODEL --facts FILE --json``;
-- *calibration*: a calibration profile, planned with by ``servefit plan --calibration FILE``.
+- *calibration*: a calibration profile, planned with by ``servefit plan --calibration FILE``;
+- *eval*: an eval run's ``eval.json``, priced with by ``servefit cost MODEL --success-from DIR``.
 
 Classes (``benchmarks/fuzz.py``'s):
 
@@ -69,17 +70,19 @@ fuzz = _sibling("fuzz")
 seeds = _sibling("fuzz_artifact_seeds")
 oracles = _sibling("fuzz_oracles")
 ArtifactCase = seeds.ArtifactCase
-bench_folder, facts_json, calibration_json = (
+bench_folder, facts_json, calibration_json, eval_json = (
     seeds.bench_folder,
     seeds.facts_json,
     seeds.calibration_json,
+    seeds.eval_json,
 )
 records_problem, facts_problem = oracles.records_problem, oracles.facts_problem
 calibration_problem, impossible_numbers = oracles.calibration_problem, oracles.impossible_numbers
+eval_problem = oracles.eval_problem
 MODEL, GPU = seeds.MODEL, seeds.GPU
 Chooser = fuzz.Chooser
 
-KINDS = ("records", "facts", "calibration")
+KINDS = ("records", "facts", "calibration", "eval")
 TIME_LIMIT_S = 20.0  # a report ~0.1 s with the plan cached, a calibrated plan ~0.4 s
 # a small workload: the simulation is not what is fuzzed, only what the files feed it
 WORKLOAD = ["--concurrency", "2", "--num-requests", "8", "--input-len", "64", "--output-len", "8"]
@@ -364,15 +367,33 @@ def run_calibration_case(
     return judge(code, out, err, case, calibration_problem(case), ok_codes=(0, 1))
 
 
+# ---- eval runs
+
+
+def eval_case(pick: Chooser) -> ArtifactCase:
+    return mutate_files("eval", {"eval.json": eval_json()}, pick)
+
+
+def run_eval_case(
+    case: ArtifactCase, folder: Path, limit_s: float = TIME_LIMIT_S
+) -> tuple[str, str]:
+    write_case(case, folder)
+    argv = ["cost", MODEL, "--gpu", GPU, "--success-from", str(folder), "--json", *WORKLOAD]
+    code, out, err = run_cli(argv, limit_s)
+    return judge(code, out, err, case, eval_problem(case), ok_codes=(0,))
+
+
 MAKERS: dict[str, Callable[[Chooser], ArtifactCase]] = {
     "records": records_case,
     "facts": facts_case,
     "calibration": calibration_case,
+    "eval": eval_case,
 }
 RUNNERS: dict[str, Callable[..., tuple[str, str]]] = {
     "records": run_records_case,
     "facts": run_facts_case,
     "calibration": run_calibration_case,
+    "eval": run_eval_case,
 }
 
 
@@ -381,6 +402,7 @@ def plan_once() -> Iterator[None]:
     """A report plans the same deployment for every records case (the bench folder is what is
     fuzzed): the plan is made once and reused, so a case costs the reading, not the
     simulation."""
+    from servefit.app import cost as app_cost
     from servefit.app import report as app_report
 
     original = app_report.plan_deployment
@@ -392,11 +414,11 @@ def plan_once() -> Iterator[None]:
             cache[key] = original(d, resolved=resolved)
         return cache[key]
 
-    app_report.plan_deployment = cached
+    app_report.plan_deployment = app_cost.plan_deployment = cached  # eval cases price one plan
     try:
         yield
     finally:
-        app_report.plan_deployment = original
+        app_report.plan_deployment = app_cost.plan_deployment = original
 
 
 # -- the run ------------------------------------------------------------------------------

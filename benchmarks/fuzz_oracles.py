@@ -229,3 +229,50 @@ def calibration_problem(case: Any) -> str | None:
             return f"datasheet bandwidth {bandwidth}"
     bad = impossible_numbers(doc)
     return bad[0] if bad else None
+
+
+# ---- eval runs
+
+
+def _accuracy_problem(where: str, section: Any) -> str | None:
+    if not isinstance(section, dict):
+        return None
+    counts = [section.get(k) for k in ("scored", "correct", "failed")]
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in counts):
+        return None  # a type error: the document reader refuses it
+    scored, correct, _ = counts
+    if min(counts) < 0 or correct > scored:
+        return f"{where} counts {counts}"
+    accuracy, low, high = (section.get(k) for k in ("accuracy", "low", "high"))
+    numbers = [v for v in (accuracy, low, high) if isinstance(v, int | float)]
+    if any(not math.isfinite(v) for v in numbers):
+        return f"{where} figures {accuracy}, {low}, {high}"
+    if scored and isinstance(accuracy, int | float) and abs(accuracy - correct / scored) > 1e-6:
+        return f"{where} accuracy {accuracy} of {correct}/{scored}"
+    if len(numbers) == 3 and not 0 <= low <= accuracy <= high <= 1:
+        return f"{where} interval {low}-{high} around {accuracy}"
+    return None
+
+
+def eval_problem(case: Any) -> str | None:
+    """An ``eval.json`` no run can have written: counts that do not add up, an accuracy that is
+    not correct / scored, an interval outside [0, 1] or not around it."""
+    doc = _parse(case.files.get("eval.json", b""))
+    if not isinstance(doc, dict):
+        return None
+    tasks = doc.get("tasks") if isinstance(doc.get("tasks"), list) else []
+    for index, task in enumerate(tasks):
+        problem = _accuracy_problem(f"tasks[{index}]", task)
+        if problem:
+            return problem
+    overall = doc.get("overall")
+    problem = _accuracy_problem("overall", overall)
+    if problem:
+        return problem
+    if isinstance(overall, dict) and all(isinstance(t, dict) for t in tasks):
+        for key in ("scored", "correct"):
+            parts = [t.get(key) for t in tasks]
+            if all(isinstance(p, int) for p in parts) and overall.get(key) != sum(parts):
+                return f"overall {key} is not the tasks' sum"
+    bad = impossible_numbers(doc)
+    return bad[0] if bad else None

@@ -9,6 +9,7 @@ is what a paired comparison of two runs needs (the answers themselves are in
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from servefit.adapters.document import FrozenDoc
@@ -105,3 +106,52 @@ def eval_document(
         interrupted=result.interrupted,
         harness=harness,
     )
+
+
+def _section_problem(where: str, a: AccuracySection) -> str | None:
+    counts = {"scored": a.scored, "correct": a.correct, "failed": a.failed}
+    if any(n < 0 for n in counts.values()) or a.correct > a.scored:
+        return f"{where}: counts {counts} (0 <= correct <= scored, failed >= 0)"
+    if not (math.isfinite(a.confidence) and 0 < a.confidence < 1):
+        return f"{where}.confidence: {a.confidence} (a confidence is in (0, 1))"
+    figures = (a.accuracy, a.low, a.high)
+    if a.scored == 0:
+        return None if figures == (None, None, None) else f"{where}: figures with nothing scored"
+    if a.accuracy is None or a.low is None or a.high is None:
+        return f"{where}: {a.scored} items scored without an accuracy and its interval"
+    if not all(math.isfinite(v) for v in (a.accuracy, a.low, a.high)):
+        return f"{where}: accuracy {a.accuracy}, interval {a.low}-{a.high} are not all finite"
+    if not math.isclose(a.accuracy, a.correct / a.scored, abs_tol=1e-9):
+        return f"{where}.accuracy: {a.accuracy}, but {a.correct}/{a.scored} right"
+    if not 0 <= a.low <= a.accuracy <= a.high <= 1:
+        return f"{where}: the interval {a.low}-{a.high} does not hold {a.accuracy} within [0, 1]"
+    return None
+
+
+def document_problem(doc: EvalDocument) -> str | None:
+    """What no eval run can have written (counts that do not add up, an accuracy that is not
+    correct / scored, an interval outside [0, 1]); None for a consistent document."""
+    if doc.schema_version != SCHEMA_VERSION:
+        return f"schema_version {doc.schema_version} (this servefit reads {SCHEMA_VERSION})"
+    if doc.not_run < 0:
+        return f"not_run: {doc.not_run}"
+    for index, section in enumerate(doc.tasks):
+        problem = _section_problem(f"tasks[{index}]", section)
+        if problem:
+            return problem
+    problem = _section_problem("overall", doc.overall)
+    if problem:
+        return problem
+    o = doc.overall
+    if (o.scored, o.correct) != (
+        sum(t.scored for t in doc.tasks),
+        sum(t.correct for t in doc.tasks),
+    ):
+        return "overall: its counts are not the sum of the tasks'"
+    ids = [i.item_id for i in doc.items]
+    if len(set(ids)) != len(ids):
+        return "items: an item id appears twice"
+    scored = [i for i in doc.items if i.correct is not None]
+    if (len(scored), sum(1 for i in scored if i.correct)) != (o.scored, o.correct):
+        return "items: their scores are not the overall counts"
+    return None

@@ -20,7 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from servefit.adapters.eval_document import ALL_TASKS, AccuracySection, EvalDocument, eval_document
+from servefit.adapters.eval_document import (
+    ALL_TASKS,
+    AccuracySection,
+    EvalDocument,
+    document_problem,
+    eval_document,
+)
 from servefit.core.bootstrap import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, Interval
 from servefit.core.evals import EvalItem, beyond_noise, paired_difference, unpaired_difference
 from servefit.errors import DatasetError, InvalidArgumentError
@@ -141,12 +147,20 @@ def harness_label(run: HarnessRun, result: EvalRunResult) -> str:
 
 def _read_document(path: Path, what: str) -> EvalDocument:
     try:
-        return EvalDocument.model_validate_json(path.read_bytes())
+        doc = EvalDocument.model_validate_json(path.read_bytes())
     except OSError as exc:
         raise DatasetError(f"{what}: {path} cannot be read ({exc.strerror})") from None
-    except ValueError as exc:
-        first = str(exc).splitlines()[0]
+    except (ValueError, RecursionError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise DatasetError(f"{what}: {path} is not a servefit eval.json ({first})") from None
+    return _checked(doc, f"{what}: {path}")
+
+
+def _checked(doc: EvalDocument, where: str) -> EvalDocument:
+    problem = document_problem(doc)
+    if problem:
+        raise DatasetError(f"{where} is not an eval run servefit wrote: {problem}")
+    return doc
 
 
 def load_eval(ref: str, db_path: Path | None = None, *, what: str = "eval run") -> EvalDocument:
@@ -162,9 +176,10 @@ def load_eval(ref: str, db_path: Path | None = None, *, what: str = "eval run") 
                 "(`servefit history --kind eval`), its --output folder or its eval.json"
             )
         try:
-            return EvalDocument.model_validate(run.results)
+            doc = EvalDocument.model_validate(run.results)
         except ValueError as exc:
             raise DatasetError(f"{what} {ref}: not an eval document ({exc})") from None
+        return _checked(doc, f"{what} {ref}")
     path = Path(ref)
     if path.is_dir():
         path = path / EVAL_FILE

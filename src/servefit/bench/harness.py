@@ -9,8 +9,8 @@ its README says for an OpenAI-compatible server: ``--model local-completions`` (
 ``base_url``, ``model``, ``num_concurrent``, ``tokenized_requests=False`` and
 ``tokenizer_backend=None`` (no local tokenizer needed) and ``--log_samples``. The API key
 reaches it in its own variable (``OPENAI_API_KEY``), never on its command line. Its
-datasets come from the Hugging Face cache or a local ``--include-path`` task; servefit
-sets no network switch of its own.
+datasets come from the Hugging Face cache or a local ``--harness-include`` task: it runs
+with the Hub offline unless ``--harness-download`` lets it fetch them.
 
 Per task, the score is the harness's first metric (and first filter: GSM8K's
 ``exact_match,strict-match``), which must be 0/1 per item (``exact_match``, ``acc``): a
@@ -43,6 +43,7 @@ class HarnessRun:
     num_fewshot: int | None = None
     max_tokens: int | None = None  # None: each task's own max_gen_toks
     model_args: tuple[str, ...] = ()  # KEY=VALUE for local-completions, over servefit's
+    allow_download: bool = False  # let the harness fetch datasets from the Hub
 
 
 def _model_args(run: HarnessRun, cfg: EvalConfig, model: str) -> str:
@@ -117,11 +118,20 @@ def run_harness(
         )
     command = harness_command(run, cfg, model, out)
     command[0] = find_harness(command[0])
+    if not run.allow_download:  # datasets from the Hub cache or local files, never fetched
+        env = {**env, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, check=False)
     if done.returncode != 0:
+        offline = (
+            ""
+            if run.allow_download
+            else (
+                "; it ran offline: a dataset not in the Hugging Face cache needs --harness-download"
+            )
+        )
         raise ServerError(
             f"lm_eval exited with {done.returncode} (its messages are above): "
-            f"{' '.join(command[:2])} ... --tasks {','.join(run.tasks)}"
+            f"{' '.join(command[:2])} ... --tasks {','.join(run.tasks)}{offline}"
         )
     return read_harness_output(out, model, run.tasks)
 

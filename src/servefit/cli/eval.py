@@ -75,6 +75,11 @@ def eval_() -> None:
     help="Over servefit's local-completions arguments (tokenizer_backend=huggingface, ...).",
 )
 @click.option(
+    "--harness-download",
+    is_flag=True,
+    help="Let the harness fetch its datasets from the Hub [offline: the cache only].",
+)
+@click.option(
     "--lm-eval",
     "lm_eval_command",
     default="lm_eval",
@@ -164,7 +169,12 @@ def _harness(flags: dict[str, Any]) -> Any:
 
     names = [t.strip() for t in (flags["harness_tasks"] or "").split(",") if t.strip()]
     if flags["harness"] is None:
-        if names or flags["harness_include"] or flags["harness_model_args"]:
+        if (
+            names
+            or flags["harness_include"]
+            or flags["harness_model_args"]
+            or flags["harness_download"]
+        ):
             raise InvalidArgumentError("--harness-tasks and its options need --harness lm-eval")
         return None
     if not names:
@@ -178,6 +188,7 @@ def _harness(flags: dict[str, Any]) -> Any:
         num_fewshot=flags["num_fewshot"],
         max_tokens=flags["max_tokens"] if given is click.core.ParameterSource.COMMANDLINE else None,
         model_args=tuple(flags["harness_model_args"]),
+        allow_download=flags["harness_download"],
     )
 
 
