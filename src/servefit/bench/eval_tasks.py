@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from servefit.bench.traces import local_text
 from servefit.core.evals import CHOICE_LETTERS, SCORERS, EvalItem
 from servefit.errors import DatasetError, InvalidArgumentError
 
@@ -30,20 +31,9 @@ MAX_TASK_BYTES = 256 * 2**20
 GSM8K_STOP = ("Question:",)  # lm-evaluation-harness's gsm8k ``until`` (besides EOS)
 
 
-def _text(path: Path) -> str:
-    try:
-        if path.stat().st_size > MAX_TASK_BYTES:
-            raise DatasetError(f"--tasks {path}: larger than 256 MiB; split it")
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise DatasetError(f"--tasks {path}: cannot be read ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        raise DatasetError(f"--tasks {path}: not UTF-8 text (byte {exc.start})") from None
-
-
 def _records(path: Path) -> Iterator[tuple[int, str, Any]]:
     """(position, where, record): a JSON array's elements, else one JSON value per line."""
-    text = _text(path)
+    text = local_text(path, "--tasks", MAX_TASK_BYTES)
     if text.lstrip().startswith("["):
         try:
             doc = json.loads(text)

@@ -69,15 +69,23 @@ class TraceItem:
     hash_ids: tuple[int, ...] = ()  # Mooncake: the prompt's 512-token blocks
 
 
-def _text(path: Path) -> str:
+def local_text(path: Path, flag: str, limit_bytes: int) -> str:
+    """A local file's text, for ``flag``: a file too large, unreadable or not UTF-8 is a
+    :class:`DatasetError` naming the flag and the file."""
     try:
-        if path.stat().st_size > MAX_TRACE_BYTES:
-            raise DatasetError(f"--dataset {path}: larger than 2 GiB; cut it with head first")
+        if path.stat().st_size > limit_bytes:
+            raise DatasetError(
+                f"{flag} {path}: larger than {limit_bytes / 2**20:,.0f} MiB; cut it first"
+            )
         return path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise DatasetError(f"--dataset {path}: cannot be read ({exc.strerror})") from None
+        raise DatasetError(f"{flag} {path}: cannot be read ({exc.strerror})") from None
     except UnicodeDecodeError as exc:
-        raise DatasetError(f"--dataset {path}: not UTF-8 text (byte {exc.start})") from None
+        raise DatasetError(f"{flag} {path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def _text(path: Path) -> str:
+    return local_text(path, "--dataset", MAX_TRACE_BYTES)
 
 
 def _count(path: Path, where: str, value: Any, name: str) -> int:
