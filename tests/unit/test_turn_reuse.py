@@ -30,3 +30,38 @@ def test_a_turn_hits_whole_blocks_below_its_last_token(prompt, history, block, c
 def test_the_first_turn_and_no_caching_hit_nothing():
     assert cached_history_tokens(turn=1, prompt_tokens=100, history_tokens=64, block=16) == 0
     assert cached_history_tokens(turn=3, prompt_tokens=100, history_tokens=64, block=0) == 0
+
+
+@pytest.mark.parametrize(
+    ("prefix_caching", "block", "hybrid", "hybrid_caching", "granularity"),
+    [
+        (False, 16, False, True, 0),  # prefix caching off: nothing is reused
+        (True, 16, False, False, 16),  # a dense model needs no hybrid prefix caching
+        (True, 0, False, True, 0),  # no block: no reuse
+        (True, 1, False, True, 1),  # one-token blocks reuse token by token
+        (True, 784, True, False, 0),  # a hybrid on a release without hybrid prefix caching
+        (True, 784, True, True, 784),  # a hybrid with it: its align-mode block
+    ],
+)
+def test_history_is_reused_in_whole_blocks_only_where_the_engine_caches(
+    prefix_caching, block, hybrid, hybrid_caching, granularity
+):
+    from servefit.core.turn_reuse import history_block_tokens
+
+    assert (
+        history_block_tokens(
+            block_tokens=block,
+            enable_prefix_caching=prefix_caching,
+            is_hybrid=hybrid,
+            has_hybrid_prefix_caching=hybrid_caching,
+        )
+        == granularity
+    )
+
+
+def test_one_token_blocks_hit_all_but_the_last_token():
+    # block 1: every history token below the prompt's last one is a hit
+    assert cached_history_tokens(turn=2, prompt_tokens=10, history_tokens=5, block=1) == 5
+    assert cached_history_tokens(turn=2, prompt_tokens=10, history_tokens=12, block=1) == 9
+    # a one-token prompt computes its only token: nothing is a hit
+    assert cached_history_tokens(turn=2, prompt_tokens=1, history_tokens=1, block=1) == 0

@@ -6,8 +6,8 @@ An item is a prompt and its reference answer with the rule that compares them:
   full stop, runs of spaces), equals the reference normalised the same way;
 * ``number``: GSM8K's rule as lm-evaluation-harness applies it: the number after ``####``
   when the answer has one (its "strict-match"), else the last number in the answer (its
-  "flexible-extract"), compared with the reference's number after commas, a currency sign and a
-  trailing full stop are dropped (``1,000`` = ``1000`` = ``$1000.``);
+  "flexible-extract"), equal to the reference's number once commas and a currency sign are
+  dropped (``1,000`` = ``1000`` = ``$1000.`` = ``1000.0``);
 * ``choice``: a multiple-choice letter: the one after "answer is", else the answer's first
   letter among the item's choices (``B``, ``(B)``, ``B.``, ``B)``).
 
@@ -81,7 +81,7 @@ def normalise(text: str) -> str:
 
 def parse_number(text: str) -> float | None:
     """A number as a dataset writes it (``1,000``, ``$12``, ``-3.5``, ``7.``), or None."""
-    cleaned = text.strip().replace(",", "").replace("$", "").removesuffix(".")
+    cleaned = text.strip().replace(",", "").replace("$", "")  # float() reads "7." as 7
     try:
         value = float(cleaned)
     except ValueError:
@@ -115,7 +115,7 @@ def is_correct(item: EvalItem, answer: str) -> bool:
     if item.scorer == "number":
         got = extract_number(answer)
         want = parse_number(item.reference)
-        return got is not None and want is not None and math.isclose(got, want, abs_tol=1e-9)
+        return got is not None and got == want  # decimal texts: "18.50" and "18.5" are equal
     if item.scorer == "choice":
         return extract_choice(answer, item.letters) == item.reference
     return normalise(answer) == normalise(item.reference)
@@ -138,9 +138,11 @@ def wilson_interval(correct: int, scored: int, confidence: float = DEFAULT_CONFI
     z2n = z * z / scored
     centre = (p + z2n / 2) / (1 + z2n)
     half = z * math.sqrt(p * (1 - p) / scored + z2n / (4 * scored)) / (1 + z2n)
-    # at 0 (or all) right the bound is exactly 0 (or 1); the float sum leaves a residue
-    low = 0.0 if correct == 0 else max(0.0, centre - half)
-    high = 1.0 if correct == scored else min(1.0, centre + half)
+    # at 0 (or all) right the bound is exactly 0 (or 1), where the float sum leaves a residue
+    # either side (13 of 13: 0.9999999999999999; 9 of 9: 1.0000000000000002); elsewhere the
+    # bounds lie strictly inside [0, 1]
+    low = 0.0 if correct == 0 else centre - half
+    high = 1.0 if correct == scored else centre + half
     return Interval(point=p, low=low, high=high, confidence=confidence)
 
 

@@ -14,4 +14,7 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     low = math.floor(position)
     high = math.ceil(position)
     fraction = position - low
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * fraction
+    below, above = sorted_values[low], sorted_values[high]
+    if below == above:  # two infinities too, whose difference would make it NaN
+        return below
+    return below + (above - below) * fraction
