@@ -186,6 +186,22 @@ def test_history_keeps_eval_runs_for_compare_and_cost(tasks, tmp_path):
     assert not_eval.returncode == 2 and "candidate 7: the history holds no run" in not_eval.stderr
 
 
+def test_sample_asks_the_same_seeded_subset(tasks, tmp_path):
+    server = answering(tasks)
+    try:
+        picked = {}
+        for run, seed in (("a", "1"), ("b", "1"), ("c", "2")):
+            flags = ("--sample", "5", "--seed", seed, "--no-history")
+            doc = evaluate(server.url, tasks, tmp_path / run, *flags)
+            picked[run] = [i["item_id"] for i in doc["items"]]
+    finally:
+        server.stop()
+    assert len(picked["a"]) == 5 and len(set(picked["a"])) == 5
+    assert picked["a"] == picked["b"] != picked["c"]  # the seed decides, nothing else
+    order = [f"item-{i}" for i in range(NUM_ITEMS)]
+    assert picked["a"] == sorted(picked["a"], key=order.index)  # in the file's order
+
+
 def test_a_failed_request_is_kept_unscored_and_fails_the_run(tmp_path):
     tasks = task_file(tmp_path / "t.jsonl", n=6)
     text = tasks.read_text().replace("What is 3 + 3?", "What is __HTTP_500__?")

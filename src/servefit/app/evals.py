@@ -58,6 +58,10 @@ def eval_items(req: EvalRequest) -> list[EvalItem]:
                 "--tasks FILE is servefit's own runner; with --harness lm-eval name the "
                 "harness's tasks with --harness-tasks"
             )
+        if req.sample is not None:
+            raise InvalidArgumentError(
+                "--sample is servefit's own runner's: give the harness --limit"
+            )
         return []
     if not req.task_files:
         raise InvalidArgumentError("give at least one --tasks FILE")

@@ -96,6 +96,11 @@ def eval_() -> None:
 @click.option("--max-tokens", type=click.IntRange(1), default=256, show_default=True)
 @click.option("--concurrency", type=click.IntRange(1), default=8, show_default=True)
 @click.option("--limit", type=click.IntRange(1), help="At most this many items of each file.")
+@click.option(
+    "--sample",
+    type=click.IntRange(1),
+    help="A seeded subset (--seed) of this many items of all the files, in their order.",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Sent with each request.")
 @click.option("--timeout-s", type=POSITIVE_FLOAT, default=600.0, show_default=True)
 @click.option(
@@ -135,6 +140,7 @@ def eval_run(url: str, **flags: Any) -> None:
             out_dir=flags["output_dir"],
             confidence=flags["confidence"],
             harness=_harness(flags),
+            sample=flags["sample"],
         )
         items = eval_items(request)  # a malformed task file: exit 2, nothing sent
         with Interrupt() as interrupt, progress_bar(as_json, len(items), "items") as listener:
