@@ -26,6 +26,7 @@ COMMANDS = {
     "report": "servefit.cli.report:report",
     "bench": "servefit.cli.bench:bench",
     "eval": "servefit.cli.eval:eval_",
+    "exporter": "servefit.cli.exporter:exporter",
     "null-server": "servefit.cli.null_server:null_server",
     "preflight": "servefit.cli.preflight:preflight",
     "up": "servefit.cli.up:up",
