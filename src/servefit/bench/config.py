@@ -143,19 +143,47 @@ class LoadLevels:
         return self.is_search or len(self.concurrencies) > 1 or len(self.rates) > 1
 
 
+MAX_LEVELS = 64  # a sweep longer than this is a typo (1:1000:+1), not a plan
+
+
+def _range(flag: str, part: str, kind: Callable[[str], _T]) -> list[_T]:
+    """``START:STOP:xFACTOR`` (geometric) or ``START:STOP:+STEP`` (linear), ``STOP`` included
+    when a step lands on it: ``1:64:x2`` -> 1, 2, 4, ..., 64; ``10:40:+10`` -> 10, 20, 30, 40."""
+    start_text, stop_text, step_text = (p.strip() for p in part.split(":"))
+    start, stop = float(kind(start_text)), float(kind(stop_text))
+    how, step = step_text[:1], float(step_text[1:])
+    if how not in ("x", "+") or not (start > 0 and stop >= start):
+        raise ValueError(part)
+    if (how == "x" and step <= 1) or (how == "+" and step <= 0):
+        raise ValueError(part)
+    values, value = [], start
+    while value <= stop * (1 + 1e-9):
+        values.append(kind(f"{value:g}" if kind is float else str(round(value))))
+        if len(values) > MAX_LEVELS:
+            raise InvalidArgumentError(f"{flag} {part}: more than {MAX_LEVELS} levels")
+        value = value * step if how == "x" else value + step
+    return values
+
+
 def parse_levels(flag: str, text: str | None, kind: Callable[[str], _T]) -> tuple[_T, ...]:
-    """``"4"`` -> (4,); ``"1,4,16"`` -> (1, 4, 16) (a sweep)."""
+    """``"4"`` -> (4,); ``"1,4,16"`` -> (1, 4, 16) (a sweep); a part may be a range,
+    ``START:STOP:xFACTOR`` or ``START:STOP:+STEP`` (``"1:64:x2"``, ``"2:10:+2"``)."""
     if text is None:
         return ()
-    try:
-        values = tuple(kind(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise InvalidArgumentError(
-            f"{flag} takes a number or a comma-separated list, got {text!r}"
-        ) from None
+    values: list[_T] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            values += _range(flag, part, kind) if part.count(":") == 2 else [kind(part)]
+        except ValueError:
+            raise InvalidArgumentError(
+                f"{flag} takes a number, a comma-separated list or a range START:STOP:xFACTOR / "
+                f"START:STOP:+STEP (1:64:x2), got {text!r}"
+            ) from None
     if not values:
         raise InvalidArgumentError(f"{flag} is empty")
-    return values
+    return tuple(dict.fromkeys(values))  # a level given twice is measured once
 
 
 def parse_goodput(texts: Sequence[str]) -> dict[str, float]:
@@ -247,6 +275,8 @@ def bench_setup(
     search_slo: bool = False,
     slo_percentile: int = 90,
     burstiness: float = 1.0,
+    ramp_to: float | None = None,
+    ramp_duration_s: float | None = None,
     prefix_len: int = 0,
     num_groups: int = 1,
     turns: int = 4,
@@ -286,6 +316,12 @@ def bench_setup(
             "--search-slo needs a limit: --slo-ttft-ms, --slo-tpot-ms, --slo-e2el-ms or "
             '--goodput "ttft:MS tpot:MS e2el:MS"'
         )
+    if (ramp_to is not None or ramp_duration_s is not None) and (
+        levels.is_sweep or len(levels.rates) != 1
+    ):
+        raise InvalidArgumentError(
+            "--ramp-to ramps one --request-rate (the start): give one rate, not a sweep"
+        )
     if prefix_cache_compare and workload != "agent":
         raise InvalidArgumentError("--prefix-cache-compare needs --workload agent")
     if replay and workload not in TIMED_KINDS:
@@ -320,6 +356,8 @@ def bench_setup(
             rate_per_s=levels.rates[0] if levels.rates and not search_slo else None,
             burstiness=burstiness,
             seed=seed,
+            ramp_to_per_s=ramp_to,
+            ramp_s=ramp_duration_s,
         ),
         model=model_name,
         api_key_env=api_key_env,

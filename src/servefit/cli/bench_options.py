@@ -55,9 +55,12 @@ BENCH_OPTIONS = [
     ),
     _opt(
         "--concurrency",
-        help="Closed loop: requests in flight (with a rate: the cap). 1,4,16 sweeps.",
+        help="Closed loop: requests in flight (with a rate: the cap). 1,4,16 or 1:64:x2 sweeps.",
     ),
-    _opt("--request-rate", help="Open loop: mean arrivals per second. A list sweeps."),
+    _opt(
+        "--request-rate",
+        help="Open loop: mean arrivals per second. A list or a range (1:16:x2, 2:10:+2) sweeps.",
+    ),
     _opt("--search-slo", is_flag=True, help="Find the highest concurrency meeting the SLOs."),
     _opt(
         "--slo-percentile",
@@ -72,6 +75,16 @@ BENCH_OPTIONS = [
         default=1.0,
         show_default=True,
         help="1: Poisson; <1 burstier.",
+    ),
+    _opt(
+        "--ramp-to",
+        type=POSITIVE_FLOAT,
+        help="A linear ramp of the arrival rate from --request-rate to this (req/s) ...",
+    ),
+    _opt(
+        "--ramp-duration-s",
+        type=POSITIVE_FLOAT,
+        help="... over this many seconds, then steady at --ramp-to.",
     ),
     _opt("--prefix-len", type=int, default=0, help="shared-prefix: tokens shared in a group."),
     _opt("--num-groups", type=int, default=1, help="shared-prefix: number of groups."),
