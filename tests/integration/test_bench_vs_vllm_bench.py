@@ -364,6 +364,29 @@ def test_servefit_bench_matches_vllm_bench_serve(vllm_server, tmp_path, monkeypa
     assert empty_token_chunks > 0, "no token decoded to '': the streams do not exercise the rule"
     assert one_per_chunk_pairs > 0, "no request streamed one token per chunk to both clients"
     assert all(agree), report
+    _check_history_import(tmp_path / "vllm" / "run0.json", vllm_runs[0], tmp_path)
+
+
+def _check_history_import(result: Path, v: dict[str, Any], tmp_path: Path) -> None:
+    """vLLM's own result file, imported into the history: the measured headline is its
+    figures, its p90 TTFT the inclusive 90th percentile of its per-request TTFTs."""
+    import sys
+
+    cli = [sys.executable, "-m", "servefit.cli.main", "history"]
+    db = ["--db", str(tmp_path / "imported.sqlite")]
+    done = subprocess.run([*cli, *db, "import", str(result)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    shown = subprocess.run([*cli, *db, "show", "1", "--json"], capture_output=True, text=True)
+    run = json.loads(shown.stdout)
+    assert run["kind"] == "bench" and run["model"] == v["model_id"]
+    m = run["measured"]
+    assert m["output_tok_per_s"] == v["output_throughput"]
+    assert m["ttft_mean_s"] == pytest.approx(v["mean_ttft_ms"] / 1000)
+    assert m["ttft_p50_s"] == pytest.approx(v["median_ttft_ms"] / 1000)
+    assert m["tpot_mean_s"] == pytest.approx(v["mean_tpot_ms"] / 1000)
+    p90 = statistics.quantiles(v["ttfts"], n=10, method="inclusive")[8]
+    assert m["ttft_p90_s"] == pytest.approx(p90)
+    assert "generated_texts" not in run["results"]["summary"]
 
 
 def _fmt(values: list[float]) -> str:

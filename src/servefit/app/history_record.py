@@ -284,3 +284,27 @@ def record_eval(
         as_json(doc),
         run_dir=None if run_dir is None else str(run_dir),
     )
+
+
+# ---------------------------------------------------------------------------------------
+# another tool's result file
+
+
+def record_import(db_path: Path, path: Path, fmt: str) -> int:
+    """Another load tool's result (``servefit history import FILE --format``) as a measured
+    bench run of its model, its figures as the measured headline."""
+    from servefit.adapters.foreign_results import read_result
+
+    run = read_result(path, fmt)
+    measured = Headline(
+        output_tok_per_s=run.output_tok_per_s,
+        ttft_mean_s=run.ttft_mean_s,
+        ttft_p50_s=run.ttft_p50_s,
+        ttft_p90_s=run.ttft_p90_s,
+        tpot_mean_s=run.tpot_mean_s,
+    )
+    inputs = {"imported_from": str(path), "format": fmt, "tool": run.tool}
+    results = {"imported": {"tool": run.tool, "format": fmt}, "summary": run.summary}
+    return record_run(
+        db_path, "bench", DeploymentKey(model=run.model), inputs, results, measured=measured
+    )

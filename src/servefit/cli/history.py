@@ -129,6 +129,32 @@ def show(ctx: click.Context, run_id: int, as_json: bool, db: str | None) -> None
     click.echo("results: " + json.dumps(doc["results"], indent=2, sort_keys=True))
 
 
+@history.command("import")
+@click.argument("result_file", type=click.Path(dir_okay=False))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["vllm-bench"]),
+    default="vllm-bench",
+    show_default=True,
+    help="The tool that wrote it: vllm bench serve --save-result.",
+)
+@DB_OPTION
+@click.pass_context
+def import_run(ctx: click.Context, result_file: str, fmt: str, db: str | None) -> None:
+    """Record another load tool's result file as a measured bench run of its model, so it
+    sits beside servefit's own runs (and its predictions) in the history."""
+    from servefit.app.history import resolve_db_path
+    from servefit.app.history_record import record_import
+
+    path = resolve_db_path(db if db is not None else ctx.obj)
+    try:
+        run_id = record_import(path, Path(result_file), fmt)
+    except ServefitError as error:
+        fail(error)
+    click.echo(f"recorded {result_file} as run {run_id} in {path}")
+
+
 def record_dict(run: RunRecord) -> dict[str, Any]:
     from dataclasses import asdict
 
