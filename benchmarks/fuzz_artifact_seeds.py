@@ -279,3 +279,30 @@ def eval_json() -> str:
     result = EvalRunResult(model=MODEL, records=tuple(records), not_run=0, interrupted=None)
     cfg = EvalConfig(base_url="http://127.0.0.1:8000")
     return eval_document(result, cfg, ["tasks.jsonl"]).model_dump_json(indent=2)
+
+
+def vllm_bench_json() -> str:
+    """A ``vllm bench serve --save-result --save-detailed`` file, with the keys vLLM 0.32's
+    ``vllm/benchmarks/serve.py`` writes (four requests)."""
+    import json
+
+    doc = {
+        "date": "20261202-101500",
+        "backend": "vllm",
+        "model_id": MODEL,
+        "num_prompts": 4,
+        "request_rate": "inf",
+        "max_concurrency": 4,
+        "duration": 2.5,
+        "completed": 4,
+        "failed": 0,
+        "output_throughput": 51.2,
+        "request_throughput": 1.6,
+        "mean_ttft_ms": 120.0,
+        "median_ttft_ms": 110.0,
+        "p99_ttft_ms": 190.0,
+        "mean_tpot_ms": 20.0,
+        "ttfts": [0.08, 0.1, 0.12, 0.18],
+        "generated_texts": ["an answer"] * 4,
+    }
+    return json.dumps(doc, indent=2)

@@ -14,7 +14,9 @@ inserted; the file re-encoded as UTF-16, Latin-1 or with a BOM, truncated, cut m
   ``warm/``), read by ``servefit report MODEL --bench DIR --format json``;
 - *facts*: a preflight recording, judged by ``servefit preflight MODEL --facts FILE --json``;
 - *calibration*: a calibration profile, planned with by ``servefit plan --calibration FILE``;
-- *eval*: an eval run's ``eval.json``, priced with by ``servefit cost MODEL --success-from DIR``.
+- *eval*: an eval run's ``eval.json``, priced with by ``servefit cost MODEL --success-from DIR``;
+- *import*: a ``vllm bench serve --save-result`` file, recorded by ``servefit history import``
+  and read back with ``history show 1 --json`` (its measured headline is judged).
 
 Classes (``benchmarks/fuzz.py``'s):
 
@@ -78,11 +80,11 @@ bench_folder, facts_json, calibration_json, eval_json = (
 )
 records_problem, facts_problem = oracles.records_problem, oracles.facts_problem
 calibration_problem, impossible_numbers = oracles.calibration_problem, oracles.impossible_numbers
-eval_problem = oracles.eval_problem
+eval_problem, import_problem = oracles.eval_problem, oracles.import_problem
 MODEL, GPU = seeds.MODEL, seeds.GPU
 Chooser = fuzz.Chooser
 
-KINDS = ("records", "facts", "calibration", "eval")
+KINDS = ("records", "facts", "calibration", "eval", "import")
 TIME_LIMIT_S = 20.0  # a report ~0.1 s with the plan cached, a calibrated plan ~0.4 s
 # a small workload: the simulation is not what is fuzzed, only what the files feed it
 WORKLOAD = ["--concurrency", "2", "--num-requests", "8", "--input-len", "64", "--output-len", "8"]
@@ -383,17 +385,39 @@ def run_eval_case(
     return judge(code, out, err, case, eval_problem(case), ok_codes=(0,))
 
 
+# ---- other tools' result files
+
+
+def import_case(pick: Chooser) -> ArtifactCase:
+    return mutate_files("import", {"result.json": seeds.vllm_bench_json()}, pick)
+
+
+def run_import_case(
+    case: ArtifactCase, folder: Path, limit_s: float = TIME_LIMIT_S
+) -> tuple[str, str]:
+    write_case(case, folder)
+    db = ["history", "--db", str(folder / "history.sqlite")]
+    code, out, err = run_cli([*db, "import", str(folder / "result.json")], limit_s)
+    if code == 0:  # recorded: what the history now says it measured
+        code, out, err = run_cli([*db, "show", "1", "--json"], limit_s)
+        if code == 0:
+            out = json.dumps({"measured": json.loads(out).get("measured")})
+    return judge(code, out, err, case, import_problem(case), ok_codes=(0,))
+
+
 MAKERS: dict[str, Callable[[Chooser], ArtifactCase]] = {
     "records": records_case,
     "facts": facts_case,
     "calibration": calibration_case,
     "eval": eval_case,
+    "import": import_case,
 }
 RUNNERS: dict[str, Callable[..., tuple[str, str]]] = {
     "records": run_records_case,
     "facts": run_facts_case,
     "calibration": run_calibration_case,
     "eval": run_eval_case,
+    "import": run_import_case,
 }
 
 

@@ -276,3 +276,35 @@ def eval_problem(case: Any) -> str | None:
                 return f"overall {key} is not the tasks' sum"
     bad = impossible_numbers(doc)
     return bad[0] if bad else None
+
+
+# ---- other tools' result files
+
+
+HEADLINE_KEYS = ("output_throughput", "mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms")
+
+
+def import_problem(case: Any) -> str | None:
+    """A result file whose figures no run can have measured: a headline figure that is not
+    a finite non-negative number, no request completed, a TTFT that is not one."""
+    doc = _parse(case.files.get("result.json", b""))
+    if not isinstance(doc, dict):
+        return None
+    for key in HEADLINE_KEYS:
+        value = doc.get(key)
+        is_number = isinstance(value, int | float) and not isinstance(value, bool)
+        if is_number and (not math.isfinite(value) or value < 0):
+            return f"{key}={value}"
+    completed = doc.get("completed")
+    if isinstance(completed, int | float) and not isinstance(completed, bool) and completed <= 0:
+        return f"completed={completed}"
+    ttfts = doc.get("ttfts")
+    if isinstance(ttfts, list):
+        for t in ttfts:
+            if (
+                isinstance(t, int | float)
+                and not isinstance(t, bool)
+                and (not math.isfinite(t) or t < 0)
+            ):
+                return f"ttfts has {t}"
+    return None

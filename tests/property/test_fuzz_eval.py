@@ -1,7 +1,9 @@
 """Hostile input, fuzzed: a mutated ``eval.json`` makes ``servefit cost --success-from`` a
 clean error naming the file (exit 2) or a cost whose numbers are finite and non-negative,
 never one divided by an accuracy no run can have measured, never exit 3; a mutated task file
-is an error naming the file and its line, or items that can be scored.
+is an error naming the file and its line, or items that can be scored; a mutated
+``vllm bench serve`` result is refused by ``history import`` naming the file, or recorded
+with a measured headline of finite, non-negative figures.
 
 The eval.json mutations, the run and the classes are ``benchmarks/fuzz_artifacts.py``'s."""
 
@@ -107,3 +109,20 @@ def test_a_hostile_task_file_is_an_error_naming_the_file_or_items_to_score(recor
         assert item.prompt.strip() and item.reference.strip() and item.scorer in SCORERS
         if item.scorer == "choice":
             assert item.reference in item.letters
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(data=st.data())
+def test_a_mutated_vllm_bench_result_is_a_clean_error_or_a_plausible_record(data):
+    case = fa.import_case(DrawChooser(data))
+    verdict, detail = fa.run_import_case(case, FOLDER)
+    assert verdict in ("clean error", "plausible"), f"{case.description}: {verdict}: {detail}"
+
+
+def test_the_unmutated_vllm_bench_result_is_recorded():
+    case = fa.ArtifactCase("import", {"result.json": fa.seeds.vllm_bench_json().encode()})
+    assert fa.run_import_case(case, FOLDER) == ("plausible", "")
