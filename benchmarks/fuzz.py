@@ -407,7 +407,8 @@ def main() -> None:
         "--artifact-cases",
         type=int,
         default=1000,
-        help="bench-record, preflight-facts and calibration cases, each (fuzz_artifacts.py)",
+        help="bench-record, preflight-facts, calibration, eval-run and imported-result cases, "
+        "each (fuzz_artifacts.py)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log", help="write every non-plausible case here (one per line)")
