@@ -101,7 +101,7 @@ def copy_repository(target: Path, modules: list[str], tests: list[str]) -> None:
     table = (
         "\n[tool.mutmut]\n"
         f"source_paths = {_toml_list(modules)}\n"
-        'also_copy = ["src/servefit"]\n'
+        'also_copy = ["src/servefit", "benchmarks"]\n'
         f"pytest_add_cli_args_test_selection = {_toml_list(tests)}\n"
         'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q"]\n'
     )
@@ -203,10 +203,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="servefit-mutation-") as tmp:
         folder = Path(tmp)
         copy_repository(folder, modules, tests)
-        mutmut(folder, "run", "--max-children", str(args.max_children), check=False)
+        ran = subprocess.run(
+            [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+        )
         mutants = collect(folder)
     if not mutants:
         _fail("mutmut made no mutant: is [tool.mutmut] naming modules?")
+    if any(m.status == "not checked" for m in mutants):  # the run stopped before the mutants
+        _fail(f"mutmut run did not check the mutants (exit {ran.returncode}): {ran.stdout[-800:]}")
     raise SystemExit(report(mutants, entries))
 
 
