@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from vllm_server import REPO_ROOT, WITHOUT_VLLM_ENV
+from vllm_server import REPO_ROOT, require_installed
 
 from servefit.core.evals import normalise, wilson_interval
 
@@ -93,17 +93,8 @@ LM_EVAL = REPO_ROOT / ".venv-lmeval" / "bin" / "lm_eval"
 
 
 def require_lm_eval() -> Path:
-    """lm-evaluation-harness's command, or the test fails naming the install script (skips
-    only with the opt-out of the engines the suite installs, SERVEFIT_WITHOUT_VLLM=1)."""
-    if not LM_EVAL.exists():
-        message = (
-            f"{LM_EVAL} does not exist; run `scripts/lm_eval/install.sh` from the repository "
-            f"root (or set {WITHOUT_VLLM_ENV}=1 to skip the tests that need it)"
-        )
-        if os.environ.get(WITHOUT_VLLM_ENV) == "1":
-            pytest.skip(message)
-        pytest.fail(message, pytrace=False)
-    return LM_EVAL
+    """lm-evaluation-harness's command, or the test fails naming its install script."""
+    return require_installed(LM_EVAL, "lm_eval", "scripts/lm_eval/install.sh")
 
 
 TASK_YAML = """\

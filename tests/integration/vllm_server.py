@@ -35,22 +35,27 @@ INSTALL_SCRIPT = "scripts/vllm_cpu/install.sh"
 WITHOUT_VLLM_ENV = "SERVEFIT_WITHOUT_VLLM"
 
 
-def require_vllm() -> Path:
-    """The vLLM interpreter, or the test fails naming the install script (skips only with
-    ``SERVEFIT_WITHOUT_VLLM=1``)."""
+def require_installed(path: Path, what: str, script: str) -> Path:
+    """``path``, or the test fails naming ``script`` that installs it (skips only with
+    ``SERVEFIT_WITHOUT_VLLM=1``, the one opt-out for the engines the suite installs)."""
     import os
 
     import pytest
 
-    if not VLLM_PYTHON.exists():
+    if not path.exists():
         message = (
-            f"the vLLM interpreter {VLLM_PYTHON} does not exist; run `{INSTALL_SCRIPT}` from "
-            f"the repository root (or set {WITHOUT_VLLM_ENV}=1 to skip the tests that need it)"
+            f"{what} {path} does not exist; run `{script}` from the repository root (or set "
+            f"{WITHOUT_VLLM_ENV}=1 to skip the tests that need it)"
         )
         if os.environ.get(WITHOUT_VLLM_ENV) == "1":
             pytest.skip(message)
         pytest.fail(message, pytrace=False)
-    return VLLM_PYTHON
+    return path
+
+
+def require_vllm() -> Path:
+    """The vLLM interpreter, or the test fails naming the install script."""
+    return require_installed(VLLM_PYTHON, "the vLLM interpreter", INSTALL_SCRIPT)
 
 
 MAKE_TINY_MODEL = Path(__file__).resolve().with_name("make_tiny_model.py")
