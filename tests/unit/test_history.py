@@ -184,6 +184,55 @@ def test_two_processes_writing_at_once_both_succeed(tmp_path):
         assert sorted(r.inputs["i"] for r in runs if r.inputs["writer"] == name) == list(range(n))
 
 
+def _locked_fresh_file(path: Path) -> sqlite3.Connection:
+    """A new (rollback-journal) database another connection holds an exclusive lock on:
+    what a process creating the history meets while a second one is converting it."""
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN EXCLUSIVE")
+    return holder
+
+
+def test_wal_mode_is_retried_while_another_process_holds_the_new_file(tmp_path):
+    # SQLite can answer "database is locked" at once, without its busy wait, to a process
+    # racing another's first write (timeout=0 makes every lock answer that way here)
+    db = tmp_path / "h.sqlite"
+    holder = _locked_fresh_file(db)
+    waiter = sqlite3.connect(db, timeout=0, isolation_level=None)
+    pauses: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 3:
+            holder.execute("COMMIT")  # the other process finishes
+
+    store.use_wal(waiter, db, sleep=sleep)
+    assert waiter.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert pauses == [0.01, 0.02, 0.04]  # three refusals, each wait twice the last
+    holder.close()
+    waiter.close()
+
+
+def test_a_lock_held_past_the_busy_timeout_is_an_error_naming_the_file(tmp_path):
+    db = tmp_path / "h.sqlite"
+    holder = _locked_fresh_file(db)
+    waiter = sqlite3.connect(db, timeout=0, isolation_level=None)
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    with pytest.raises(HistoryError) as error:
+        store.use_wal(waiter, db, wait_s=5.0, sleep=sleep, clock=lambda: now[0])
+    message = str(error.value)
+    assert str(db) in message and "locked for 5 s" in message and "retry" in message
+    assert 5.0 <= now[0] < 5.5  # it waited the whole timeout, then at most one more pause
+    holder.execute("COMMIT")
+    assert holder.execute("PRAGMA journal_mode").fetchone()[0] == "delete"  # left as it was
+    holder.close()
+    waiter.close()
+
+
 def test_a_database_from_a_newer_schema_is_refused_and_unchanged(tmp_path):
     db = tmp_path / "h.sqlite"
     fill(db, 3)

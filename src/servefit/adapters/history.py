@@ -20,7 +20,8 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -187,6 +188,39 @@ def _refuse_foreign(conn: sqlite3.Connection, path: Path) -> int:
     return int(version)
 
 
+def use_wal(
+    conn: sqlite3.Connection,
+    path: Path,
+    *,
+    wait_s: float = BUSY_TIMEOUT_MS / 1000,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """Put the file in WAL mode (it stays so: done once, by whichever process is first).
+    Changing the journal mode needs the file to itself, and where two processes create a
+    new history at once SQLite can answer "database is locked" at once, without running the
+    busy handler (one holds a read lock while the other waits to write: SQLite breaks that
+    deadlock by failing the reader). So a lock is retried here, for as long as the busy
+    timeout would have waited, before it is an error."""
+    deadline = clock() + wait_s
+    pause_s = 0.01
+    while True:
+        try:
+            if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) and "busy" not in str(error):
+                raise
+            if clock() >= deadline:
+                raise HistoryError(
+                    f"cannot use the history database {path}: another process kept it "
+                    f"locked for {wait_s:g} s ({error}); retry when it has finished"
+                ) from None
+        sleep(pause_s)
+        pause_s = min(pause_s * 2, 0.5)
+
+
 def _migrate(conn: sqlite3.Connection, path: Path) -> None:
     """Bring the file to SCHEMA_VERSION in one transaction (another process may be doing
     the same: the transaction waits for it, then reads the version again)."""
@@ -234,7 +268,7 @@ def connect(path: Path, *, create: bool) -> Iterator[sqlite3.Connection | None]:
         if exists:
             _quick_check(conn, path)  # before anything is written to it
         _refuse_foreign(conn, path)
-        conn.execute("PRAGMA journal_mode = WAL")  # concurrent readers and one writer
+        use_wal(conn, path)  # concurrent readers and one writer
         _migrate(conn, path)
         yield conn
     except sqlite3.Error as error:
