@@ -13,7 +13,10 @@ from servefit.core.ops import StepShape, model_coeffs
 from servefit.core.roofline import step_time
 from servefit.core.step_timer import compile_step_timer
 
-LAYOUTS = [(1, 1, 1), (2, 1, 1), (4, 2, 1), (2, 1, 2), (1, 3, 1)]  # (TP, PP, EP)
+# (TP, PP, EP, DP): DP 4 without EP (experts sliced TP x DP ways, gathered over DP) and
+# DP 4 with EP = TP x DP (whole experts, all-to-all)
+LAYOUTS = [(1, 1, 1, 1), (2, 1, 1, 1), (4, 2, 1, 1), (2, 1, 2, 1), (1, 3, 1, 1), (2, 1, 1, 4)]
+LAYOUTS += [(1, 1, 4, 4)]
 
 
 def _shapes(rng: random.Random, n: int) -> list[StepShape]:
@@ -54,10 +57,11 @@ def test_compiled_timer_equals_step_time(model_id, catalog_model, gpu):
             low_bit_compute_efficiency=0.6,
             moe_layer_overhead_s=3e-5,
         )
-        for tp, pp, ep in LAYOUTS:
+        for tp, pp, ep, dp in LAYOUTS:
             if pp > spec.num_layers:  # a one-layer draft head (EAGLE-3) splits into no stages
                 continue
-            m = model_coeffs(spec, tp=tp, pp=pp, ep=ep, kv_cache_dtype=rng.choice(["auto", "fp8"]))
+            kv = rng.choice(["auto", "fp8"])
+            m = model_coeffs(spec, tp=tp, pp=pp, ep=ep, kv_cache_dtype=kv, dp=dp)
             for profile in (fitted, stressed):
                 timer = compile_step_timer(m, device, profile)
                 for shape in _shapes(rng, 6):

@@ -84,6 +84,7 @@ class SettingsSection(FrozenDoc):
     concurrency: int
     context_tokens: int
     speculative_config: str | None = None  # --speculative-config as given (vLLM's JSON)
+    data_parallel_size: int = 1  # engine ranks of TP x PP GPUs; KV figures are per rank
 
 
 class MemorySection(FrozenDoc):
@@ -328,6 +329,7 @@ def plan_document(
         settings=SettingsSection(
             tensor_parallel_size=r.tensor_parallel_size,
             pipeline_parallel_size=r.pipeline_parallel_size,
+            data_parallel_size=r.data_parallel_size,
             max_model_len=r.max_model_len,
             max_num_seqs=r.max_num_seqs,
             max_num_batched_tokens=r.max_num_batched_tokens,
@@ -398,6 +400,7 @@ def _weights(plan: CapacityPlan) -> WeightBytes:
         pp=r.pipeline_parallel_size,
         capability=plan.gpu.compute_capability_tuple,
         has_triton_kernels=plan.behaviour.ships_triton_kernels,
+        dp=r.data_parallel_size,
     )
 
 

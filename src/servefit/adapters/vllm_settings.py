@@ -13,6 +13,7 @@ from typing import Any
 DIRECT = (
     "tensor_parallel_size",
     "pipeline_parallel_size",
+    "data_parallel_size",
     "max_model_len",
     "max_num_seqs",
     "max_num_batched_tokens",

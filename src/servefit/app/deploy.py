@@ -98,7 +98,7 @@ def manifest_spec_from_plan(
         argv, capacity = outcome.recommendation_args, outcome.recommendation.capacity
     tp = capacity.settings.tensor_parallel_size
     pp = capacity.settings.pipeline_parallel_size
-    dp = _int_flag(argv, "--data-parallel-size", 1)
+    dp = _int_flag(argv, "--data-parallel-size", 1)  # the planned DP, or an extra flag's
     gpus = tp * pp * dp
     nodes = -(-gpus // gpus_per_node)
     if nodes > 1 and gpus % gpus_per_node:

@@ -94,7 +94,7 @@ def predict(
             d.workload,
             profile,
             slo=d.slo,
-            ep=r.tensor_parallel_size if r.enable_expert_parallel else 1,
+            ep=r.expert_parallel_size,
             speculation=speculation_of(resolved, plan, d),
         )
         return replace(perf, bands=bands or prediction_bands(resolved, plan, d)), ""

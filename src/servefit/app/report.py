@@ -110,7 +110,9 @@ def report_deployment(
         plan.model,
         tp=r.tensor_parallel_size,
         pp=r.pipeline_parallel_size,
+        ep=r.expert_parallel_size,
         kv_cache_dtype=r.kv_cache_dtype,
+        dp=r.data_parallel_size,
     )
     batch = max(1, round(measured.concurrency)) if measured and measured.concurrency else 1
     w = d.workload

@@ -62,6 +62,7 @@ def plan_deployment_scaling(
             pp=r.pipeline_parallel_size,
             ep=ep,
             kv_cache_dtype=r.kv_cache_dtype,
+            dp=r.data_parallel_size,
         )
         return simulate_load(plan, m, profile, w, d.slo)
 

@@ -51,6 +51,15 @@ SERVE_OPTIONS = [
     click.option("--tensor-parallel-size", "-tp", type=int, default=1, show_default=True),
     click.option("--pipeline-parallel-size", "-pp", type=int, default=1, show_default=True),
     click.option(
+        "--data-parallel-size",
+        "-dp",
+        type=int,
+        default=1,
+        show_default=True,
+        help="Engine ranks of TP x PP GPUs each, every one with its own KV cache and requests; "
+        "a MoE model's experts are spread over all of them.",
+    ),
+    click.option(
         "--max-model-len",
         type=HUMAN_INT,
         help="Longest request vLLM accepts (32768, 32k) [model's maximum].",
@@ -375,6 +384,7 @@ def pop_serve_settings(flags: dict[str, Any]) -> Any:
     return ServeSettings(
         tensor_parallel_size=flags.pop("tensor_parallel_size", 1),
         pipeline_parallel_size=flags.pop("pipeline_parallel_size", 1),
+        data_parallel_size=flags.pop("data_parallel_size", 1),
         max_model_len=flags.pop("max_model_len", None),
         max_num_seqs=flags.pop("max_num_seqs", None),
         max_num_batched_tokens=flags.pop("max_num_batched_tokens", None),

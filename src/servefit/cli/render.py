@@ -183,6 +183,13 @@ def render_capacity(
         f"{plan.concurrency_at_context:.2f} such sequences fit at once"
     )
     console.print(f"  longest single request that fits: {plan.largest_max_model_len:,} tokens")
+    if r.data_parallel_size > 1:  # every DP rank logs its own KV cache lines, as above
+        dp = r.data_parallel_size
+        console.print(
+            f"  each of the {dp} data-parallel ranks ({r.gpus_per_rank} GPU(s) each) logs the "
+            f"lines above; together: {plan.kv_cache_tokens * dp:,} tokens, "
+            f"{plan.max_concurrency * dp:.2f}x, up to {r.max_num_seqs * dp:,} running requests"
+        )
     if r.concurrency > 1:
         console.print(
             f"  longest context for {r.concurrency} concurrent requests: "

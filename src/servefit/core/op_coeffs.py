@@ -30,6 +30,7 @@ from servefit.core.model_spec import (
 from servefit.core.weights import (
     Role,
     Shard,
+    moe_ranks,
     pipeline_layer_split,
     shard_fraction,
     tensor_bytes,
@@ -115,6 +116,9 @@ class ModelCoeffs:
     ep: int
     stages: tuple[StageCoeffs, ...]
     assumptions: tuple[str, ...] = field(default=())
+    # data-parallel ranks of one engine: a MoE layer runs the tokens of all of them at once
+    # (the ranks step together, vLLM's DP lockstep), over experts spread on TP x DP GPUs
+    dp: int = 1
 
     @property
     def num_layers(self) -> int:
@@ -188,14 +192,27 @@ def _dtype_name(dtype: str) -> str:
 
 @lru_cache(maxsize=256)
 def model_coeffs(
-    spec: ModelSpec, *, tp: int = 1, pp: int = 1, ep: int = 1, kv_cache_dtype: str = "auto"
+    spec: ModelSpec,
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    ep: int = 1,
+    kv_cache_dtype: str = "auto",
+    dp: int = 1,
 ) -> ModelCoeffs:
     """Per-layer cost coefficients of ``spec`` on one GPU of a TP x PP (x EP) layout.
 
     With expert parallelism (``ep`` > 1) each GPU holds ``E / ep`` whole experts instead of
-    a ``1/tp`` slice of every expert."""
+    a ``1/tp`` slice of every expert. With ``dp`` data-parallel ranks in one engine a MoE
+    model's experts are spread over ``tp x dp`` GPUs (:func:`servefit.core.weights.moe_ranks`:
+    sliced that many ways, or EP = TP x DP whole experts); a dense model's DP ranks are
+    replicas and its coefficients do not change."""
     if ep < 1:
         raise InvalidArgumentError(f"expert parallel size must be >= 1, got {ep}")
+    if dp < 1:
+        raise InvalidArgumentError(f"--data-parallel-size must be >= 1, got {dp}")
+    if not spec.is_moe:
+        dp = 1
     act_bytes = dtype_bytes(spec.dtype)
     kv_bytes = resolve_kv_dtype_bytes(spec, kv_cache_dtype)
     linear: dict[int, dict[tuple[str, bool], list[float]]] = {}
@@ -221,7 +238,7 @@ def model_coeffs(
         if t.layer_index is None:  # final norm
             continue
         if t.role is Role.ROUTED_EXPERTS:
-            share = 1.0 if ep > 1 else shard_fraction(t, tp)
+            share = 1.0 if ep > 1 else shard_fraction(t, moe_ranks(tp, dp))
             layer_mlp = spec.layers[t.layer_index].mlp
             moe_copies = layer_mlp.num_experts if isinstance(layer_mlp, MoeSpec) else 1
             per_expert = tensor_bytes(spec, t) * share / max(moe_copies, 1)
@@ -306,6 +323,13 @@ def model_coeffs(
         )
     if ep > 1:
         assumptions.append(f"expert parallelism: each GPU holds {ep}-th of the experts, whole")
+    if dp > 1:
+        assumptions.append(
+            f"data parallelism: the {dp} ranks step together and share their load evenly; "
+            f"each MoE layer runs all {dp} ranks' tokens on experts spread over "
+            f"{moe_ranks(tp, dp)} GPUs"
+            + ("" if ep > 1 else " (each expert sliced that many ways, gathered over DP)")
+        )
     return ModelCoeffs(
         hidden_size=spec.hidden_size,
         activation_bytes=act_bytes,
@@ -314,6 +338,7 @@ def model_coeffs(
         ep=ep,
         stages=tuple(stages),
         assumptions=tuple(assumptions),
+        dp=dp,
     )
 
 

@@ -32,7 +32,10 @@ Conventions (all per GPU, i.e. one tensor-parallel rank of one pipeline stage):
 - the LM head runs only for the positions that are sampled (one per decoding sequence and
   one per prefill that finishes in this step);
 - tensor parallelism adds two all-reduces of ``tokens x hidden`` activations per layer;
-  pipeline parallelism sends hidden states and the residual to the next stage.
+  pipeline parallelism sends hidden states and the residual to the next stage;
+- data parallelism (a MoE model's DP ranks in one engine) runs each MoE layer on every
+  rank's tokens: expert parallelism moves them by all-to-all, otherwise each rank gathers
+  the others' tokens and scatters their sums back.
 """
 
 from __future__ import annotations
@@ -105,8 +108,8 @@ def step_ops(m: ModelCoeffs, shape: StepShape, stage: int = 0) -> tuple[OpCost, 
             rows.append(attention_row(coeffs.attention, count, shape, act, label))
         if coeffs.state is not None:
             rows.append(state_row(coeffs.state, count, shape, label))
-        if coeffs.routed is not None:
-            rows.append(routed_row(coeffs.routed, count, tokens, hidden, act, label))
+        if coeffs.routed is not None:  # with DP, the experts run every rank's tokens
+            rows.append(routed_row(coeffs.routed, count, tokens * m.dp, hidden, act, label))
         rows.append(
             OpCost(
                 name=f"{label}: norms, residuals, rotary",
@@ -148,6 +151,18 @@ def step_ops(m: ModelCoeffs, shape: StepShape, stage: int = 0) -> tuple[OpCost, 
                     comm_bytes=(
                         2 * tokens * coeffs.routed.top_k * hidden * act * (m.ep - 1) / m.ep * count
                     ),
+                    num_collectives=2 * count,
+                    link="intra",
+                )
+            )
+        if m.dp > 1 and m.ep == 1 and coeffs.routed is not None:
+            rows.append(
+                OpCost(
+                    name=f"{label}: data-parallel all-gather and reduce-scatter",
+                    kind=OpKind.COMM,
+                    compute_dtype="bf16",
+                    # each rank receives the other ranks' tokens and returns their sums
+                    comm_bytes=2 * tokens * hidden * act * (m.dp - 1) * count,
                     num_collectives=2 * count,
                     link="intra",
                 )

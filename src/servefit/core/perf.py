@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from servefit.core.data_parallel import all_ranks, rank_workload
 from servefit.core.engine_scheduling import admission_rule
 from servefit.core.error_band import PredictionBands
 from servefit.core.hardware import GpuSpec
@@ -261,13 +262,16 @@ def plan_performance(
             "performance needs a layout that fits (see the capacity verdict)"
         )
     spec, gpu, r = plan.model, plan.gpu, plan.settings
+    dp = r.data_parallel_size
     m = model_coeffs(
         spec,
         tp=r.tensor_parallel_size,
         pp=r.pipeline_parallel_size,
         ep=ep,
         kv_cache_dtype=r.kv_cache_dtype,
+        dp=dp,
     )
+    whole, workload = workload, rank_workload(workload, dp)  # one DP rank's share
     in_len, out_len = workload.input_len.mean, workload.output_len.mean
     longest = int((in_len + out_len) * (1 + workload.input_len.range_ratio))
     if workload.turns > 1:
@@ -325,9 +329,14 @@ def plan_performance(
         else simulate_load(plan, m, profile, _at_concurrency(workload, c), slo, speculation)
         for c in curve_concurrencies(top)
     )
+    if dp > 1:  # the curve's points are one rank's concurrency, x dp for the deployment
+        curve = tuple(
+            all_ranks(p, _at_concurrency(whole, (p.concurrency or 1) * dp), dp) for p in curve
+        )
+        load = all_ranks(load, whole, dp)
     gain = None
     if speculation is not None:  # the same plan without it, and the best k
-        plain = simulate_load(plan, m, profile, workload, slo)
+        plain = all_ranks(simulate_load(plan, m, profile, workload, slo), whole, dp)
         gain = speculation_gain(
             m,
             gpu,
@@ -353,6 +362,14 @@ def plan_performance(
         "continuous batching with chunked prefill as vLLM V1 schedules it "
         f"(max_num_batched_tokens {chunk}, max_num_seqs {r.max_num_seqs})",
         admission_rule(plan.engine).describe,
+        *(
+            (
+                f"{dp} data-parallel ranks, each of {r.gpus_per_rank} GPU(s), share the load "
+                "evenly: throughputs are all ranks', latencies the busiest rank's",
+            )
+            if dp > 1
+            else ()
+        ),
         *((speculation.describe(),) if speculation is not None else ()),
         *(
             ("pipeline stages run one after another for a batch (no micro-batch overlap)",)
@@ -361,7 +378,7 @@ def plan_performance(
         ),
     )
     return PerformancePlan(
-        workload=workload,
+        workload=whole,
         engine=profile.engine,
         profile=profile,
         ttft_cold_s=ttft_cold,

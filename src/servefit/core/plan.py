@@ -87,20 +87,24 @@ TP_CANDIDATES = (1, 2, 4, 8)
 
 
 @lru_cache(maxsize=1024)
-def check_parallel_layout(spec: ModelSpec, tp: int, pp: int, *, ep: bool = False) -> None:
+def check_parallel_layout(
+    spec: ModelSpec, tp: int, pp: int, *, ep: bool = False, dp: int = 1
+) -> None:
     """Step 2: the divisibility and replication rules vLLM 0.32 enforces at startup, per
     layer kind (:mod:`servefit.core.tp_rules`, each rule citing its vLLM source); ``ep``:
-    with ``--enable-expert-parallel``. Raises ``InvalidArgumentError`` (exit 2) naming every
-    broken rule and the sizes that would start."""
+    with ``--enable-expert-parallel``; ``dp``: ``--data-parallel-size``. Raises
+    ``InvalidArgumentError`` (exit 2) naming every broken rule and the sizes that would
+    start."""
     if tp < 1:
         raise InvalidArgumentError(f"--tensor-parallel-size must be >= 1, got {tp}")
-    reasons = tp_refusals(spec, tp, ep=ep)
+    reasons = tp_refusals(spec, tp, ep=ep, dp=dp)
     if reasons:
-        valid = ", ".join(map(str, valid_tp_sizes(spec, ep=ep))) or "none"
+        valid = ", ".join(map(str, valid_tp_sizes(spec, ep=ep, dp=dp))) or "none"
+        with_dp = f" with --data-parallel-size {dp}" if dp > 1 else ""
         raise InvalidArgumentError(
-            f"--tensor-parallel-size {tp}: vLLM refuses to start {spec.name}: "
+            f"--tensor-parallel-size {tp}{with_dp}: vLLM refuses to start {spec.name}: "
             + "; ".join(reasons)
-            + f". Valid sizes up to {MAX_LISTED_TP}: {valid}"
+            + f". Valid sizes up to {MAX_LISTED_TP}{with_dp}: {valid}"
         )
     if pp > spec.num_layers:
         raise InvalidArgumentError(
@@ -224,8 +228,8 @@ def plan_capacity(
         kernel_block_size=kernel_block_size,
         uses_attention_kernel=not is_attention_free(spec) and MixerKind.MLA not in spec.mixer_kinds,
     )
-    tp, pp = r.tensor_parallel_size, r.pipeline_parallel_size
-    check_parallel_layout(spec, tp, pp, ep=r.enable_expert_parallel)
+    tp, pp, dp = r.tensor_parallel_size, r.pipeline_parallel_size, r.data_parallel_size
+    check_parallel_layout(spec, tp, pp, ep=r.enable_expert_parallel, dp=dp)
     # quantized weights as the kernel vLLM picks on this GPU lays them out (Marlin, ...)
     weights = weight_bytes(
         spec,
@@ -233,6 +237,7 @@ def plan_capacity(
         pp=pp,
         capability=gpu.compute_capability_tuple,
         has_triton_kernels=behaviour.ships_triton_kernels,
+        dp=dp,
     )
     stages = list(pipeline_layer_split(spec.num_layers, pp))
     cache = _cache_settings(spec, gpu, r, behaviour, mamba_ssm_dtype, kernel_block_size)
@@ -326,7 +331,7 @@ def plan_capacity(
         settings=r,
         behaviour=behaviour,
         memory=memory,
-        weights_total_bytes=weights.all_gpus_bytes(tp * pp) + extra.weight_bytes * tp,
+        weights_total_bytes=weights.all_gpus_bytes(r.num_gpus) + extra.weight_bytes * tp * dp,
         layout=layout,
         num_blocks=blocks,
         kv_cache_tokens=tokens,

@@ -65,6 +65,9 @@ class ServeSettings:
 
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
+    # --data-parallel-size: engine ranks of TP x PP GPUs each, every one with its own KV cache
+    # and requests; a MoE model's experts are spread over all of them (weights.moe_ranks)
+    data_parallel_size: int = 1
     max_model_len: int | None = None
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
@@ -99,6 +102,7 @@ class ServeSettings:
         checks = {
             "--tensor-parallel-size": self.tensor_parallel_size,
             "--pipeline-parallel-size": self.pipeline_parallel_size,
+            "--data-parallel-size": self.data_parallel_size,
             "--max-model-len": self.max_model_len,
             "--max-num-seqs": self.max_num_seqs,
             "--max-num-batched-tokens": self.max_num_batched_tokens,
@@ -148,7 +152,7 @@ class ResolvedSettings:
     tensor_parallel_size: int
     pipeline_parallel_size: int
     max_model_len: int
-    max_num_seqs: int
+    max_num_seqs: int  # per data-parallel rank (each runs its own scheduler)
     max_num_batched_tokens: int
     gpu_memory_utilization: float
     kv_cache_dtype: str
@@ -162,10 +166,24 @@ class ResolvedSettings:
     enable_expert_parallel: bool = False
     lora: LoraSettings | None = None
     enable_chunked_prefill: bool = True  # as the engine resolves it (V0: engine_v0.py)
+    data_parallel_size: int = 1
 
     @property
     def num_gpus(self) -> int:
+        """Every GPU of the deployment: TP x PP x DP."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size
+
+    @property
+    def gpus_per_rank(self) -> int:
+        """The GPUs of one data-parallel rank (one engine core): TP x PP."""
         return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def expert_parallel_size(self) -> int:
+        """EP, as vLLM sizes it: TP x DP with --enable-expert-parallel, else 1."""
+        if not self.enable_expert_parallel:
+            return 1
+        return self.tensor_parallel_size * self.data_parallel_size
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -326,6 +344,7 @@ def resolve_settings(
     resolved = ResolvedSettings(
         tensor_parallel_size=s.tensor_parallel_size,
         pipeline_parallel_size=s.pipeline_parallel_size,
+        data_parallel_size=s.data_parallel_size,
         max_model_len=max_model_len,
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
@@ -351,6 +370,7 @@ def check_v0(spec: ModelSpec, s: ServeSettings, behaviour: engine.VllmBehaviour)
         (s.speculative is not None, "speculative decoding (V0's --speculative-model flags)"),
         (s.lora is not None, "LoRA (V0 profiles with warm-up adapters)"),
         (s.enable_expert_parallel, "--enable-expert-parallel (a V1 flag)"),
+        (s.data_parallel_size > 1, "--data-parallel-size (V0 data parallelism)"),
         (MixerKind.MLA in spec.mixer_kinds, f"{spec.name}'s MLA cache (V0's MLA backends)"),
         (spec.vision is not None, f"{spec.name}'s vision encoder (V0 profiles with images)"),
     ]

@@ -81,13 +81,17 @@ def capacity_verdict(
             f"blocks (each running sequence holds one); vLLM >= 0.30 stops while capturing CUDA "
             f"graphs. Lower --max-num-seqs to {mamba_limit} or free memory"
         )
-    if not problems and at_context < r.concurrency:
+    dp = r.data_parallel_size
+    per_rank = -(-r.concurrency // dp)  # the requests of the busiest data-parallel rank
+    if not problems and at_context < per_rank:
+        ranks = f" on each of the {dp} data-parallel ranks" if dp > 1 else ""
+        asked = f"the {per_rank} of the {r.concurrency}" if dp > 1 else f"the {r.concurrency}"
         problems.append(
-            f"the KV cache holds {at_context:.2f} requests of {r.context_tokens:,} tokens at once, "
-            f"not the {r.concurrency} asked for (--target-concurrency): the rest would queue "
+            f"the KV cache holds {at_context:.2f} requests of {r.context_tokens:,} tokens at "
+            f"once{ranks}, not {asked} asked for (--target-concurrency): the rest would queue "
             "(or be preempted)"
         )
-    if r.concurrency > r.max_num_seqs:
+    if per_rank > r.max_num_seqs:
         warnings.append(
             f"--target-concurrency {r.concurrency} exceeds --max-num-seqs {r.max_num_seqs}: vLLM "
             f"runs at most {r.max_num_seqs} requests at once"

@@ -17,6 +17,7 @@ import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from servefit.core.data_parallel import rank_workload as replica_workload
 from servefit.core.hardware import GpuSpec
 from servefit.core.model_spec import ModelSpec
 from servefit.core.plan import CapacityPlan, ServeSettings, plan_capacity
@@ -89,13 +90,6 @@ def candidate_layouts(
             pp *= 2
         tp *= 2
     return tuple(out)
-
-
-def replica_workload(w: Workload, dp: int) -> Workload:
-    """One replica's share of the load (a load balancer spreads requests evenly)."""
-    concurrency = None if w.concurrency is None else max(1, -(-w.concurrency // dp))
-    rate = None if w.request_rate_per_s is None else w.request_rate_per_s / dp
-    return replace(w, concurrency=concurrency, request_rate_per_s=rate, num_requests=None)
 
 
 Simulate = Callable[[CapacityPlan, Workload, int], LoadResult]  # (plan, workload, ep size)

@@ -110,7 +110,7 @@ def compile_step_timer(
     windows = {c.attention.window for st in m.stages for c, _ in st.layers if c.attention}
     pp_latency_s = profile.collective_latency_s * 1  # one transfer per stage boundary
     hidden = m.hidden_size
-    tp, ep = m.tp, m.ep
+    tp, ep, dp = m.tp, m.ep, m.dp
 
     step_overhead_s, per_seq_overhead_s = profile.step_overhead_s, profile.per_seq_overhead_s
     no_chunks: dict[int | None, list[tuple[float, int]]] = {w: [] for w in windows}
@@ -190,11 +190,14 @@ def compile_step_timer(
                     else:
                         memory += op_memory
                 if r is not None:
+                    moe_tokens = tokens * dp  # every DP rank's tokens (ops.step_ops)
                     touched = 0.0  # op_rows.expected_experts_touched, inlined
-                    if tokens > 0:
-                        touched = r.num_experts * (1.0 - (1.0 - r.top_k / r.num_experts) ** tokens)
+                    if moe_tokens > 0:
+                        touched = r.num_experts * (
+                            1.0 - (1.0 - r.top_k / r.num_experts) ** moe_tokens
+                        )
                     touched = touched * r.num_local_experts / r.num_experts
-                    local_tokens = tokens * r.top_k * r.num_local_experts / r.num_experts
+                    local_tokens = moe_tokens * r.top_k * r.num_local_experts / r.num_experts
                     flops = 2 * local_tokens * r.params_per_expert * count
                     weight_bytes = touched * r.bytes_per_expert * count
                     moved = (
@@ -219,6 +222,9 @@ def compile_step_timer(
                     comm += latency_s + comm_bytes / intra_div
                 if ep > 1 and r is not None:
                     comm_bytes = 2 * tokens * r.top_k * hidden * act * (ep - 1) / ep * count
+                    comm += latency_s + comm_bytes / intra_div
+                if dp > 1 and ep == 1 and r is not None:
+                    comm_bytes = 2 * tokens * hidden * act * (dp - 1) * count
                     comm += latency_s + comm_bytes / intra_div
             if st.is_last:
                 sampled = shape.num_sampled

@@ -32,7 +32,7 @@ from servefit.core.model_spec import (
 )
 from servefit.core.weight_inventory import Role, Shard
 from servefit.core.weight_layers import weight_tensors
-from servefit.core.weights import VOCAB_PADDING
+from servefit.core.weights import VOCAB_PADDING, moe_ranks
 from servefit.units import round_up
 
 # The TP sizes a refusal lists as valid (1 .. this).
@@ -114,7 +114,7 @@ def _dense_mlp(mlp: DenseMlpSpec, tp: int, what: str = "MLP") -> list[str]:
     return []
 
 
-def _moe(spec: ModelSpec, moe: MoeSpec, tp: int, ep: bool) -> list[str]:
+def _moe(spec: ModelSpec, moe: MoeSpec, tp: int, ep: bool, dp: int = 1) -> list[str]:
     out = []
     if moe.shared_intermediate_size:  # a dense MLP on every rank, split by TP even under EP
         shared = DenseMlpSpec(intermediate_size=moe.shared_intermediate_size)
@@ -124,10 +124,12 @@ def _moe(spec: ModelSpec, moe: MoeSpec, tp: int, ep: bool) -> list[str]:
         # experts' TP is 1 and EP = TP x DP; expert_map_manager.py determine_expert_map gives
         # the remainder of num_experts / EP to the first ranks, so any expert count starts.
         return out
-    # fused_moe/config.py FusedMoEConfig.__post_init__: assert intermediate_size % tp_size == 0.
-    if moe.expert_intermediate_size % tp:
+    # fused_moe/config.py FusedMoEConfig.__post_init__: assert intermediate_size % tp_size == 0,
+    # where the experts' tp_size is TP x DP (FusedMoEParallelConfig.make)
+    if moe.expert_intermediate_size % moe_ranks(tp, dp):
         out.append(
-            f"expert intermediate size {moe.expert_intermediate_size} does not divide by {tp}"
+            f"expert intermediate size {moe.expert_intermediate_size} does not divide by "
+            + (f"{tp}" if dp == 1 else f"TP x DP = {moe_ranks(tp, dp)}")
         )
     if spec.model_type.startswith(_TP_AT_MOST_EXPERTS) and tp > moe.num_experts:
         # models/qwen3_moe.py, qwen3_next.py: "Tensor parallel size is greater than the
@@ -166,10 +168,10 @@ def _fp8_moe_block(
     ]
 
 
-def _fp8_blocks(spec: ModelSpec, tp: int, ep: bool) -> list[str]:
+def _fp8_blocks(spec: ModelSpec, tp: int, ep: bool, dp: int = 1) -> list[str]:
     """fp8 block-quantized linears, from the weight inventory (so ignore lists apply)."""
     out: list[str] = []
-    if tp == 1 or not spec.quant.is_quantized:
+    if moe_ranks(tp, dp) == 1 or not spec.quant.is_quantized:
         return out
     for t in weight_tensors(spec):
         if not t.is_linear or t.shard is not Shard.ROW or t.layer_index is None:
@@ -179,7 +181,9 @@ def _fp8_blocks(spec: ModelSpec, tp: int, ep: bool) -> list[str]:
             continue
         if t.role is Role.ROUTED_EXPERTS:
             if not ep:
-                out += _fp8_moe_block(spec, t.in_features, fmt.block_shape, tp)
+                out += _fp8_moe_block(spec, t.in_features, fmt.block_shape, moe_ranks(tp, dp))
+            continue
+        if tp == 1:
             continue
         # utils/fp8_utils.py validate_fp8_block_shape, "Required by row parallel": a
         # row-parallel layer's input_size_per_partition must be a multiple of block_k.
@@ -204,9 +208,11 @@ def _vocab(spec: ModelSpec, tp: int) -> list[str]:
 
 
 @lru_cache(maxsize=4096)
-def tp_refusals(spec: ModelSpec, tp: int, *, ep: bool = False) -> tuple[str, ...]:
+def tp_refusals(spec: ModelSpec, tp: int, *, ep: bool = False, dp: int = 1) -> tuple[str, ...]:
     """Every reason vLLM 0.32 refuses ``--tensor-parallel-size tp`` for this model (empty
-    when it starts); ``ep``: with ``--enable-expert-parallel``."""
+    when it starts); ``ep``: with ``--enable-expert-parallel``; ``dp``: the engine's
+    ``--data-parallel-size``, over which the routed experts are split too (``tp x dp``
+    ways, :func:`servefit.core.weights.moe_ranks`)."""
     reasons: dict[str, None] = {}  # ordered, without repeats (layers share shapes)
     if ep and not spec.is_moe:
         # config/model.py ModelConfig._verify_with_expert_parallelism
@@ -226,16 +232,16 @@ def tp_refusals(spec: ModelSpec, tp: int, *, ep: bool = False) -> tuple[str, ...
         if isinstance(mlp, DenseMlpSpec):
             found += _dense_mlp(mlp, tp)
         elif isinstance(mlp, MoeSpec):
-            found += _moe(spec, mlp, tp, ep)
+            found += _moe(spec, mlp, tp, ep, dp)
         reasons.update(dict.fromkeys(found))
-    reasons.update(dict.fromkeys(_fp8_blocks(spec, tp, ep)))
+    reasons.update(dict.fromkeys(_fp8_blocks(spec, tp, ep, dp)))
     reasons.update(dict.fromkeys(_vocab(spec, tp)))
     return tuple(reasons)
 
 
 @lru_cache(maxsize=1024)
 def valid_tp_sizes(
-    spec: ModelSpec, *, ep: bool = False, upto: int = MAX_LISTED_TP
+    spec: ModelSpec, *, ep: bool = False, upto: int = MAX_LISTED_TP, dp: int = 1
 ) -> tuple[int, ...]:
     """The tensor-parallel sizes 1 .. ``upto`` vLLM starts this model with."""
-    return tuple(tp for tp in range(1, upto + 1) if not tp_refusals(spec, tp, ep=ep))
+    return tuple(tp for tp in range(1, upto + 1) if not tp_refusals(spec, tp, ep=ep, dp=dp))

@@ -30,6 +30,8 @@ def vllm_serve_args(
         args += ["--tensor-parallel-size", str(r.tensor_parallel_size)]
     if r.pipeline_parallel_size > 1:
         args += ["--pipeline-parallel-size", str(r.pipeline_parallel_size)]
+    if r.data_parallel_size > 1:
+        args += ["--data-parallel-size", str(r.data_parallel_size)]
     if enable_expert_parallel or asked.enable_expert_parallel:
         args += ["--enable-expert-parallel"]
     args += ["--max-model-len", str(r.max_model_len)]

@@ -208,6 +208,15 @@ def laid_out_share_bytes(
     return elements * laid_out_bias_bytes(layout, dtype_bytes(spec.dtype))
 
 
+def moe_ranks(tp: int, dp: int = 1) -> int:
+    """The GPUs a routed-expert layer is spread over: vLLM flattens TP across the
+    data-parallel ranks of one engine for the MoE layers (fused_moe/config.py
+    ``FusedMoEParallelConfig.make``, ``flatten_tp_across_dp``), slicing every expert
+    ``tp x dp`` ways, or, with ``--enable-expert-parallel``, giving each GPU whole experts
+    (EP = TP x DP). Attention, dense MLPs, shared experts and the embedding stay per DP rank."""
+    return tp * dp
+
+
 def shard_fraction(t: WeightTensor, tp: int) -> float:
     """Fraction of a tensor one of ``tp`` tensor-parallel ranks holds."""
     if tp < 1:
@@ -259,10 +268,15 @@ class WeightBytes:
     checkpoint_total_bytes: float
     checkpoint_per_stage_bytes: tuple[float, ...]
     buffer_bytes_per_gpu: float = 0.0  # non-parameter tensors every GPU holds (RoPE tables)
+    # with data parallelism (dp > 1): every DP rank loads all but the routed experts again
+    dp: int = 1
+    replicated_per_dp_bytes: float = 0.0  # total_bytes less the routed experts
 
     def all_gpus_bytes(self, num_gpus: int) -> float:
-        """The parameters once plus every GPU's buffers: what the layout loads in all."""
-        return self.total_bytes + self.buffer_bytes_per_gpu * num_gpus
+        """The parameters once (the non-expert part once per DP rank) plus every GPU's
+        buffers: what the layout loads in all."""
+        again = (self.dp - 1) * self.replicated_per_dp_bytes
+        return self.total_bytes + again + self.buffer_bytes_per_gpu * num_gpus
 
 
 @lru_cache(maxsize=1024)
@@ -274,40 +288,51 @@ def weight_bytes(
     include_mtp: bool = False,
     capability: tuple[int, int] | None = None,
     has_triton_kernels: bool = True,
+    dp: int = 1,
 ) -> WeightBytes:
     """Bytes of weights per GPU under TP x PP (vLLM loads MTP layers only for speculative
     decoding, so they are excluded unless ``include_mtp``). With a GPU's compute
     ``capability``, quantized weights count as the kernel vLLM picks there lays them out
     (:mod:`servefit.core.kernel_layout`: Marlin or triton_kernels padding, converted
-    scales); without one, as the checkpoint stores them."""
+    scales); without one, as the checkpoint stores them.
+
+    ``dp``: the data-parallel ranks of one engine (``--data-parallel-size``). Each holds the
+    whole model at TP ``tp``, except the routed experts, which are spread over all
+    ``tp x dp`` GPUs (:func:`moe_ranks`). ``total_bytes`` is one copy of the parameters;
+    :meth:`WeightBytes.all_gpus_bytes` counts the non-expert part once per DP rank."""
     if capability is not None and not spec.quant.is_quantized:
         # every tensor is in the model dtype (or its own): no kernel repacks anything, so
         # one answer serves every GPU (a sweep over GPUs computes it once)
-        return weight_bytes(spec, tp=tp, pp=pp, include_mtp=include_mtp)
+        return weight_bytes(spec, tp=tp, pp=pp, include_mtp=include_mtp, dp=dp)
+    if dp < 1:
+        raise InvalidArgumentError(f"--data-parallel-size must be >= 1, got {dp}")
     stages = pipeline_layer_split(spec.num_layers, pp)
     stage_of_layer = {i: s for s, r in enumerate(stages) for i in r}
     per_stage = [0.0] * pp
     checkpoint_per_stage = [0.0] * pp
     per_stage_roles: list[dict[str, float]] = [{} for _ in range(pp)]
-    total = checkpoint_total = 0.0
+    total = checkpoint_total = routed_total = 0.0
     tensors = weight_tensors(spec)
     linears = {t.name: t for t in tensors if t.is_linear} if capability else {}
     for t in tensors:
         if t.role is Role.MTP and not include_mtp:
             continue
         full = tensor_bytes(spec, t)
+        ranks = moe_ranks(tp, dp) if t.role is Role.ROUTED_EXPERTS else tp
         if t.shard is Shard.VOCAB:
             checkpoint_share = full * vocab_shard_fraction(spec.vocab_size, tp)
         else:
-            checkpoint_share = full * shard_fraction(t, tp)
+            checkpoint_share = full * shard_fraction(t, ranks)
         checkpoint_total += full
-        laid_out = laid_out_share_bytes(spec, t, tp, capability, linears, has_triton_kernels)
+        laid_out = laid_out_share_bytes(spec, t, ranks, capability, linears, has_triton_kernels)
         if laid_out is not None:  # the rank's bytes as the kernel holds them
             share = laid_out
-            total += share / shard_fraction(t, tp)
+            held = share / shard_fraction(t, ranks)
         else:
             share = checkpoint_share
-            total += full
+            held = full
+        total += held
+        routed_total += held if t.role is Role.ROUTED_EXPERTS else 0.0
         if t.layer_index is not None:
             stage = stage_of_layer[t.layer_index]
         elif t.role in (Role.EMBEDDING, Role.VISION):
@@ -334,6 +359,8 @@ def weight_bytes(
         checkpoint_total_bytes=checkpoint_total,
         checkpoint_per_stage_bytes=tuple(checkpoint_per_stage),
         buffer_bytes_per_gpu=rope,
+        dp=dp,
+        replicated_per_dp_bytes=total - routed_total,
     )
 
 

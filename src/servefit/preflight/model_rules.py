@@ -187,15 +187,19 @@ def check_parallel_layout(facts: HostFacts, settings: ServeSettings) -> Check:
         return Check(name=name, status=Status.SKIP, reason="no GPU facts")
     if not gpu_facts_usable(facts) or facts.torch.device_problems():
         return Check(name=name, status=Status.SKIP, reason="depends on a failed link above")
-    needed = settings.tensor_parallel_size * settings.pipeline_parallel_size
+    dp = settings.data_parallel_size
+    needed = settings.tensor_parallel_size * settings.pipeline_parallel_size * dp
     visible = facts.torch.device_count if facts.torch.is_cuda_available else len(facts.nvml.gpus)
     if needed > visible:
         return Check(
             name=name,
             status=Status.FAIL,
             reason=f"TP {settings.tensor_parallel_size} x PP {settings.pipeline_parallel_size} "
-            f"needs {needed} GPUs, {visible} visible",
-            remedy=f"use --tensor-parallel-size <= {visible} or run on more GPUs",
+            + (f"x DP {dp} " if dp > 1 else "")
+            + f"needs {needed} GPUs, {visible} visible",
+            remedy=f"use --tensor-parallel-size <= {visible} or run on more GPUs"
+            if dp == 1
+            else f"use TP x PP x DP <= {visible} or run on more GPUs",
         )
     return Check(name=name, status=Status.PASS, reason=f"{needed} of {visible} GPUs")
 
@@ -213,6 +217,7 @@ def check_plan_fits_free_memory(
     if spec is None or not facts.nvml.gpus:
         return Check(name=name, status=Status.SKIP, reason="no model or no GPU")
     count = settings.tensor_parallel_size * settings.pipeline_parallel_size
+    count *= settings.data_parallel_size
     gpus = facts.nvml.gpus[:count]
     try:
         plan = plan_capacity(

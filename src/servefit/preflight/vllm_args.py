@@ -129,6 +129,8 @@ _VALUE_FLAGS: dict[str, tuple[str, Callable[..., Any]]] = {
     "-tp": ("tensor_parallel_size", _int),
     "--pipeline-parallel-size": ("pipeline_parallel_size", _int),
     "-pp": ("pipeline_parallel_size", _int),
+    "--data-parallel-size": ("data_parallel_size", _int),
+    "-dp": ("data_parallel_size", _int),
     "--max-model-len": ("max_model_len", _model_len),
     "--max-num-seqs": ("max_num_seqs", _int),
     "--max-num-batched-tokens": ("max_num_batched_tokens", parse_human_int),

@@ -1,0 +1,175 @@
+"""--data-parallel-size as vLLM runs it: N engine ranks of TP x PP GPUs, each with its own KV
+cache; a MoE model's routed experts spread over all TP x DP GPUs (vLLM's
+fused_moe/config.py FusedMoEParallelConfig.make, flatten_tp_across_dp), sliced or, with
+--enable-expert-parallel, whole (EP = TP x DP); the ranks' MoE layers run every rank's
+tokens together."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from click.testing import CliRunner
+
+from servefit.cli.main import cli
+from servefit.core.data_parallel import all_ranks, rank_workload, ranks_factor
+from servefit.core.op_cost import decode_step
+from servefit.core.ops import model_coeffs, step_ops
+from servefit.core.plan import ServeSettings, plan_capacity
+from servefit.core.tp_rules import tp_refusals
+from servefit.core.weights import weight_bytes
+from servefit.core.workload import fixed_workload
+from servefit.errors import InvalidArgumentError
+from servefit.preflight.vllm_args import parse_vllm_command
+
+MOE = "Qwen/Qwen3-30B-A3B"  # 48 layers, 128 experts of 3 x 2048 x 768, top-8, 4 KV heads
+DENSE = "meta-llama/Llama-3.1-8B-Instruct"
+CODER = "Qwen/Qwen3-Coder-480B-A35B-Instruct"  # 62 layers, 8 KV heads of 128
+
+
+def _plan(*args: str) -> tuple[int, dict]:
+    result = CliRunner().invoke(cli, ["plan", *args, "--offline", "--json"])
+    return result.exit_code, json.loads(result.output) if result.output.startswith("{") else {}
+
+
+def test_the_experts_are_spread_over_tp_x_dp_and_the_rest_held_by_every_rank(catalog_model):
+    spec = catalog_model(MOE).spec
+    # the routed experts by hand: 48 layers x 128 experts x (gate, up, down) 2048 x 768, bf16
+    experts_bytes = 48 * 128 * 3 * 2048 * 768 * 2
+    one = weight_bytes(spec, tp=1)
+    four = weight_bytes(spec, tp=1, dp=4)
+    assert one.per_gpu_bytes - four.per_gpu_bytes == pytest.approx(experts_bytes * 3 / 4)
+    # TP 2 x DP 2: the experts a quarter (as TP 4), the attention and embedding a half (TP 2)
+    tp2 = weight_bytes(spec, tp=2)
+    tp2_dp2 = weight_bytes(spec, tp=2, dp=2)
+    assert tp2.per_gpu_bytes - tp2_dp2.per_gpu_bytes == pytest.approx(experts_bytes / 4)
+    # what the 4 GPUs load in all: the experts once, the rest (and the buffers) 4 times
+    rest = one.total_bytes - experts_bytes
+    expected = experts_bytes + 4 * rest + 4 * one.buffer_bytes_per_gpu
+    assert four.all_gpus_bytes(4) == pytest.approx(expected)
+    # a dense model's DP ranks are plain replicas
+    dense = catalog_model(DENSE).spec
+    assert weight_bytes(dense, tp=1, dp=4).per_gpu_bytes == weight_bytes(dense).per_gpu_bytes
+
+
+def test_without_ep_the_expert_slice_rules_see_tp_x_dp(catalog_model):
+    # Qwen3-30B-A3B-FP8: intermediate 768 in fp8 blocks of 128; vLLM's refine finds a block
+    # of gcd(128, 128, slice, 2048) >= 32 for a 192 slice (TP 4, refined to 64) but not for
+    # a 48 slice (768 / 16, gcd 16), so TP 4 starts alone, and under DP 4 only with EP
+    spec = catalog_model("Qwen/Qwen3-30B-A3B-FP8").spec
+    assert tp_refusals(spec, 4) == ()
+    refused = tp_refusals(spec, 4, dp=4)
+    assert refused and any("48" in reason for reason in refused)
+    assert tp_refusals(spec, 4, ep=True, dp=4) == ()
+    code, doc = _plan("Qwen/Qwen3-30B-A3B-FP8", "--gpu", "H100", "-tp", "4", "-dp", "4")
+    assert code == 2
+
+
+def test_each_rank_holds_the_whole_kv_of_its_requests(catalog_model, gpu):
+    # DP 8 x TP 1: every GPU keeps all 8 KV heads: 62 layers x 2 x 8 x 128 x 2 B = 248 KiB a
+    # token, where TP 8 splits them to one head (31 KiB)
+    spec = catalog_model(CODER).spec
+    base = ServeSettings(max_model_len=32768, quantization="fp8", vllm_version="0.10")
+    dp8 = plan_capacity(spec, gpu("H200"), replace(base, data_parallel_size=8))
+    tp8 = plan_capacity(spec, gpu("H200"), replace(base, tensor_parallel_size=8))
+    assert dp8.kv_bytes_per_token == 62 * 2 * 8 * 128 * 2
+    assert tp8.kv_bytes_per_token == 62 * 2 * 1 * 128 * 2
+    assert dp8.settings.num_gpus == tp8.settings.num_gpus == 8
+    assert dp8.settings.gpus_per_rank == 1
+    with_ep = plan_capacity(
+        spec, gpu("H200"), replace(base, data_parallel_size=8, enable_expert_parallel=True)
+    )
+    assert with_ep.settings.expert_parallel_size == 8
+
+
+def test_the_flag_reaches_the_command_and_the_documents():
+    code, doc = _plan(CODER, "--gpu", "H200", "-dp", "8", "-ep", "--quantization", "fp8",
+                      "--max-model-len", "32768", "--concurrency", "16")
+    assert code == 0
+    assert "--data-parallel-size 8" in doc["vllm_command"]
+    assert doc["settings"]["data_parallel_size"] == 8
+    assert doc["gpu"]["count"] == 8
+    for flag in ("--data-parallel-size", "-dp", "--data_parallel_size"):
+        read = parse_vllm_command(["vllm", "serve", CODER, flag, "4"])
+        assert read.settings["data_parallel_size"] == 4, flag
+
+
+def test_a_dense_models_ranks_serve_their_share_at_one_ranks_speed():
+    # 16 requests on 2 ranks: each rank runs 8, as one GPU alone at concurrency 8 does
+    common = [DENSE, "--gpu", "H100", "--max-model-len", "8192", "--num-requests", "64"]
+    code, two = _plan(*common, "-dp", "2", "--concurrency", "16")
+    assert code == 0
+    code, one = _plan(*common, "--num-requests", "32", "--concurrency", "8")
+    assert code == 0
+    p2, p1 = two["performance"], one["performance"]
+    assert p2["tpot_s"] == pytest.approx(p1["tpot_s"])
+    assert p2["ttft_s"] == pytest.approx(p1["ttft_s"])
+    assert p2["output_throughput_tok_per_s"] == pytest.approx(2 * p1["output_throughput_tok_per_s"])
+
+
+def test_a_moe_rank_steps_with_every_ranks_tokens(catalog_model):
+    # one decode token on each of 4 EP ranks: the MoE layer routes 4 tokens x top-8 over 128
+    # experts, each rank holding 32 of them; uniform routing touches
+    # 128 x (1 - (1 - 8/128)^4) experts in all, a quarter of them on this rank
+    spec = catalog_model(MOE).spec
+    m = model_coeffs(spec, tp=1, ep=4, dp=4)
+    routed = next(op for op in step_ops(m, decode_step(1, 100)) if "routed" in op.name)
+    touched = 128 * (1 - (1 - 8 / 128) ** 4) / 4
+    per_expert = 3 * 2048 * 768 * 2  # bytes, whole experts under EP
+    assert routed.weight_bytes == pytest.approx(48 * touched * per_expert)
+    # 4 tokens x top-8 x 32 / 128 of them are this rank's: 8 expert rows, 2 x params each
+    assert routed.flops == pytest.approx(2 * 8 * 3 * 2048 * 768 * 48)
+
+
+def test_the_share_of_the_load_and_the_figures_of_all_ranks():
+    w = fixed_workload(1024, 256, concurrency=10)
+    assert rank_workload(w, 8).concurrency == 2  # the busiest rank's
+    assert ranks_factor(w, 8) == 5.0  # 10 requests are five such ranks' worth
+    rate = fixed_workload(1024, 256, concurrency=None, request_rate_per_s=8.0)
+    assert rank_workload(rate, 4).request_rate_per_s == 2.0 and ranks_factor(rate, 4) == 4.0
+    assert rank_workload(w, 1) is w
+
+
+def test_all_ranks_multiplies_counts_and_throughputs_not_latencies():
+    from servefit.core.serving_types import LoadResult
+
+    fields = {f: 1.0 for f in LoadResult.__dataclass_fields__}
+    load = LoadResult(
+        **{
+            **fields,
+            "concurrency": 2,
+            "request_rate_per_s": None,
+            "num_requests": 10,
+            "num_preemptions": 1,
+            "num_input_tokens": 100,
+            "num_cached_tokens": 0,
+            "num_output_tokens": 50,
+            "num_sessions": 10,
+            "turns": 1,
+            "max_batch": 2,
+            "goodput_per_s": None,
+            "time_by_bound_s": {},
+            "by_turn": (),
+            "ttft_s": "ttft",
+            "tpot_s": "tpot",
+            "e2e_s": "e2e",
+            "session_e2e_s": "session",
+            "bound": "memory",
+        }
+    )
+    whole = all_ranks(load, fixed_workload(1024, 256, concurrency=10), 8)
+    assert whole.concurrency == 10 and whole.num_requests == 50
+    assert whole.output_throughput_tok_per_s == 5.0 and whole.num_output_tokens == 250
+    assert (whole.ttft_s, whole.tpot_s, whole.busy_s, whole.mean_batch) == ("ttft", "tpot", 1, 1)
+
+
+def test_v0_releases_are_refused_naming_the_flag():
+    code, _ = _plan(DENSE, "--gpu", "H100", "-dp", "2", "--vllm-version", "0.6")
+    assert code == 2
+    result = CliRunner().invoke(
+        cli, ["plan", DENSE, "--gpu", "H100", "-dp", "0", "--offline"]
+    )
+    assert result.exit_code == 2 and "--data-parallel-size" in result.output
+    with pytest.raises(InvalidArgumentError, match="--data-parallel-size"):
+        ServeSettings(data_parallel_size=0)
