@@ -62,7 +62,7 @@ def test_without_ep_the_expert_slice_rules_see_tp_x_dp(catalog_model):
     refused = tp_refusals(spec, 4, dp=4)
     assert refused and any("48" in reason for reason in refused)
     assert tp_refusals(spec, 4, ep=True, dp=4) == ()
-    code, doc = _plan("Qwen/Qwen3-30B-A3B-FP8", "--gpu", "H100", "-tp", "4", "-dp", "4")
+    code, _ = _plan("Qwen/Qwen3-30B-A3B-FP8", "--gpu", "H100", "-tp", "4", "-dp", "4")
     assert code == 2
 
 
@@ -84,8 +84,20 @@ def test_each_rank_holds_the_whole_kv_of_its_requests(catalog_model, gpu):
 
 
 def test_the_flag_reaches_the_command_and_the_documents():
-    code, doc = _plan(CODER, "--gpu", "H200", "-dp", "8", "-ep", "--quantization", "fp8",
-                      "--max-model-len", "32768", "--concurrency", "16")
+    code, doc = _plan(
+        CODER,
+        "--gpu",
+        "H200",
+        "-dp",
+        "8",
+        "-ep",
+        "--quantization",
+        "fp8",
+        "--max-model-len",
+        "32768",
+        "--concurrency",
+        "16",
+    )
     assert code == 0
     assert "--data-parallel-size 8" in doc["vllm_command"]
     assert doc["settings"]["data_parallel_size"] == 8
@@ -134,7 +146,7 @@ def test_the_share_of_the_load_and_the_figures_of_all_ranks():
 def test_all_ranks_multiplies_counts_and_throughputs_not_latencies():
     from servefit.core.serving_types import LoadResult
 
-    fields = {f: 1.0 for f in LoadResult.__dataclass_fields__}
+    fields = dict.fromkeys(LoadResult.__dataclass_fields__, 1.0)
     load = LoadResult(
         **{
             **fields,
@@ -167,9 +179,7 @@ def test_all_ranks_multiplies_counts_and_throughputs_not_latencies():
 def test_v0_releases_are_refused_naming_the_flag():
     code, _ = _plan(DENSE, "--gpu", "H100", "-dp", "2", "--vllm-version", "0.6")
     assert code == 2
-    result = CliRunner().invoke(
-        cli, ["plan", DENSE, "--gpu", "H100", "-dp", "0", "--offline"]
-    )
+    result = CliRunner().invoke(cli, ["plan", DENSE, "--gpu", "H100", "-dp", "0", "--offline"])
     assert result.exit_code == 2 and "--data-parallel-size" in result.output
     with pytest.raises(InvalidArgumentError, match="--data-parallel-size"):
         ServeSettings(data_parallel_size=0)
