@@ -64,6 +64,7 @@ def figure(doc: dict[str, Any], name: str) -> float | None:
     load = perf.get("load") or {}
     values = {
         "kv_cache_tokens": memory.get("kv_cache_tokens"),
+        "largest_max_model_len": memory.get("largest_max_model_len"),
         "max_concurrency": memory.get("max_concurrency"),
         "available_kv_cache_gib": (memory.get("kv_cache_memory_bytes") or 0) / GIB_BYTES,
         "ttft_s": perf.get("ttft_s"),  # the mean under the workload

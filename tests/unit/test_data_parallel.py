@@ -183,3 +183,70 @@ def test_v0_releases_are_refused_naming_the_flag():
     assert result.exit_code == 2 and "--data-parallel-size" in result.output
     with pytest.raises(InvalidArgumentError, match="--data-parallel-size"):
         ServeSettings(data_parallel_size=0)
+
+
+# -- the profile run's MoE buffers under DP (core/memory.py activation_peak_bytes) -------------
+
+
+def test_the_fused_moe_chunk_follows_the_release():
+    from servefit.core.engine import moe_chunk_tokens, vllm_behaviour
+
+    # VLLM_FUSED_MOE_CHUNK_SIZE's default: "32768" in v0.10 envs.py, str(16 * 1024) later,
+    # and no chunk at all once the modular kernel sizes its workspace for the whole batch
+    assert moe_chunk_tokens((0, 10)) == 32_768
+    assert moe_chunk_tokens((0, 11)) == 16_384
+    assert moe_chunk_tokens((0, 31)) == 16_384
+    assert moe_chunk_tokens((0, 32)) is None
+    assert vllm_behaviour("0.10").fused_moe_chunk_tokens == 32_768
+
+
+def _moe_peak(spec, **kw) -> int:
+    from servefit.core.memory import activation_peak_bytes
+
+    base = {
+        "tp": 1,
+        "max_num_batched_tokens": 8192,
+        "max_num_seqs": 1,
+        "is_last_stage": False,  # no sampler: the MoE buffers and the dense pass alone
+    }
+    return activation_peak_bytes(spec, range(len(spec.layers)), **{**base, **kw})
+
+
+def test_dp_ranks_size_their_moe_buffers_for_every_rank_s_tokens(catalog_model):
+    spec = catalog_model(CODER).spec
+    # by hand: top-8 of experts 2560 wide, hidden 6144, bf16 activations: a token's buffers
+    # are 8 x (3 x 2560 + 6144) x 2 = 221,184 bytes with whole experts (EP)
+    per_token = 8 * (3 * 2560 + 6144) * 2
+    one = _moe_peak(spec, expert_parallel=True, moe_chunk_tokens=32_768)
+    # DP 8: 8 x 8,192 = 65,536 tokens gathered, the buffers capped at the 32,768 chunk, and
+    # the 7 other ranks' 8,192 hidden states in and their sums out
+    eight = _moe_peak(spec, dp=8, expert_parallel=True, moe_chunk_tokens=32_768)
+    gathered = 2 * 7 * 8192 * 6144 * 2
+    assert eight - one == (32_768 - 8192) * per_token + gathered
+    # no chunk (vLLM 0.32): buffers for all 65,536 tokens
+    whole = _moe_peak(spec, dp=8, expert_parallel=True)
+    assert whole - eight == (65_536 - 32_768) * per_token
+    # without EP each expert is sliced over TP x DP = 8 GPUs: 2560 / 8 = 320 wide
+    sliced = _moe_peak(spec, dp=8, moe_chunk_tokens=32_768)
+    assert eight - sliced == 32_768 * 8 * 3 * (2560 - 320) * 2
+    # a dense model gathers nothing
+    dense = catalog_model(DENSE).spec
+    assert _moe_peak(dense, dp=8) == _moe_peak(dense)
+
+
+@pytest.mark.parametrize(("gmu", "logged_gib"), [("0.9", 48.66), ("0.95", 55.65)])
+def test_qwen3_coder_480b_dp8_ep_kv_memory_is_the_logged_one(gmu, logged_gib):
+    # vllm-project/recipes#12 (vLLM v0.10.1.dev101, 8 x H20 141 GB, -dp 8
+    # --enable-expert-parallel, the FP8 checkpoint): "available KV cache memory (48.66 GiB)"
+    # at the default 0.9 and 55.65 GiB at 0.95. Without the gathered tokens servefit
+    # predicted 54.18 / 61.17 GiB (+11 %, +10 %).
+    code, doc = _plan(
+        CODER,
+        *("--gpu", "H20", "--gpu-memory-gib", "140.4", "-dp", "8", "--enable-expert-parallel"),
+        *("--quantization", "fp8", "--vllm-version", "0.10", "--gpu-memory-utilization", gmu),
+        "--no-performance",
+    )
+    predicted_gib = doc["memory"]["kv_cache_memory_bytes"] / 2**30
+    assert predicted_gib == pytest.approx(logged_gib, rel=0.03)
+    # and, as vLLM did, it refuses the 262,144-token context (62.00 GiB a request)
+    assert code == 1 and not doc["verdict"]["fits"]

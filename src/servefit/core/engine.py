@@ -147,6 +147,9 @@ class VllmBehaviour:
     counts_distributed_init: bool = False
     # the dummy sampler sorts the logits for top-k/top-p (0.12-0.16: SORTED_SAMPLER_EXTRA_FACTOR)
     sorts_sampler_logits: bool = False
+    # the fused-MoE kernel's intermediate buffers hold at most this many tokens (it loops over
+    # chunks of them); None: the whole batch at once (moe_chunk_tokens below)
+    fused_moe_chunk_tokens: int | None = None
     # the V0 engine's release (0.5.0-0.7.x; engine_v0.py), None for V1
     v0_release: tuple[int, int, int] | None = None
 
@@ -244,7 +247,29 @@ def vllm_behaviour(version: str = DEFAULT_VLLM_VERSION) -> VllmBehaviour:
         # v0.8.5 reads non-torch memory as the whole device's use minus torch's
         counts_distributed_init=(0, 9) <= v < (0, 11),
         sorts_sampler_logits=(0, 12) <= v < (0, 17),
+        fused_moe_chunk_tokens=moe_chunk_tokens(v),
     )
+
+
+def moe_chunk_tokens(v: tuple[int, int]) -> int | None:
+    """The token chunk of the fused-MoE kernel's intermediate buffers in release ``v``
+    (``VLLM_FUSED_MOE_CHUNK_SIZE``'s default; ``fused_experts_impl`` sizes its caches for
+    ``M = min(num_tokens, CHUNK_SIZE)`` and loops over the chunks).
+
+    - 32,768 up to 0.10: v0.10 vllm/envs.py reads ``os.getenv("VLLM_FUSED_MOE_CHUNK_SIZE",
+      "32768")`` (its type annotation still says 64 x 1024, the value before
+      vllm-project/vllm#7995);
+    - 16,384 from 0.11: a later envs.py reads ``str(16 * 1024)``; the release that lowered
+      it was not identified, servefit switches at 0.11;
+    - none from 0.32: the variable is gone and ``FusedMoEKernelModularImpl`` sizes its
+      workspace for the whole batch (v0.32 fused_moe/modular_kernel.py
+      ``_allocate_buffers(..., M_full, M_full, ...)``).
+    """
+    if v < (0, 11):
+        return 32_768
+    if v < (0, 32):
+        return 16_384
+    return None
 
 
 # 0.8 to 0.10 fall back to V0 on a GPU older than Ampere (arg_utils.py _is_v1_supported_oracle:

@@ -32,6 +32,9 @@ def activation_peak_bytes(
     max_num_seqs: int,
     is_last_stage: bool,
     sorts_sampler_logits: bool = False,
+    dp: int = 1,
+    expert_parallel: bool = False,
+    moe_chunk_tokens: int | None = None,
 ) -> int:
     """Estimated peak of vLLM's profile run on one GPU.
 
@@ -39,6 +42,15 @@ def activation_peak_bytes(
     ``min(max_num_seqs, max_num_batched_tokens)`` requests; last pipeline stage only) and
     the dense forward pass (gate/up output, activation and a few hidden-state copies per
     token), plus the fused-MoE intermediate buffers (top-k copies per token).
+
+    The MoE layers see every data-parallel rank's tokens: the ranks of one engine all-gather
+    their hidden states before the experts and reduce-scatter the sums after them (the
+    naive and allgather-reducescatter dispatch, vLLM's defaults), and each rank's profile
+    run is ``max_num_batched_tokens`` long, so a rank holds ``dp`` x that many tokens in and
+    out, and its MoE buffers are sized for them, up to the release's chunk
+    (``moe_chunk_tokens``, :func:`servefit.core.engine.moe_chunk_tokens`). An expert's slice
+    is its intermediate over ``tp x dp`` GPUs, or whole with expert parallelism
+    (:func:`servefit.core.weights.moe_ranks`).
     """
     tokens = max_num_batched_tokens
     num_reqs = min(max_num_seqs, tokens)
@@ -53,15 +65,23 @@ def activation_peak_bytes(
         default=0,
     )
     dense_forward = tokens * (3 * dense_width / tp + 4 * h) * act
-    moe_forward = max(
-        (
-            tokens * m.num_experts_per_token * (3 * m.expert_intermediate_size / tp + h) * act
-            for i in layers
-            if isinstance(m := spec.layers[i].mlp, MoeSpec)
-        ),
-        default=0,
+    gathered = tokens * dp
+    moe_tokens = gathered if moe_chunk_tokens is None else min(gathered, moe_chunk_tokens)
+    slices = 1 if expert_parallel else tp * dp
+    moe_layers = [m for i in layers if isinstance(m := spec.layers[i].mlp, MoeSpec)]
+    moe_forward = (
+        max(
+            (
+                moe_tokens * m.num_experts_per_token * (3 * m.expert_intermediate_size / slices + h)
+                for m in moe_layers
+            ),
+            default=0,
+        )
+        * act
     )
-    return int(max(sampler, dense_forward) + moe_forward)
+    # the other ranks' hidden states gathered in, and their sums out
+    moe_gathered = 2 * (gathered - tokens) * h * act if moe_layers else 0
+    return int(max(sampler, dense_forward) + moe_forward + moe_gathered)
 
 
 def profile_bytes(
@@ -75,6 +95,8 @@ def profile_bytes(
     max_num_batched_tokens: int,
     max_num_seqs: int,
     is_last_stage: bool,
+    dp: int = 1,
+    expert_parallel: bool = False,
 ) -> tuple[int, int]:
     """(activation peak, non-torch memory) of the profile run on one GPU, as the release
     runs and measures it (the V0 engine: :mod:`servefit.core.engine_v0`)."""
@@ -101,6 +123,9 @@ def profile_bytes(
         max_num_seqs=max_num_seqs,
         is_last_stage=is_last_stage,
         sorts_sampler_logits=behaviour.sorts_sampler_logits,
+        dp=dp,
+        expert_parallel=expert_parallel,
+        moe_chunk_tokens=behaviour.fused_moe_chunk_tokens,
     )
     return activation, non_torch
 

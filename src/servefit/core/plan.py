@@ -189,6 +189,8 @@ def _stage_memory(
         max_num_batched_tokens=r.max_num_batched_tokens,
         max_num_seqs=r.max_num_seqs,
         is_last_stage=is_last,
+        dp=r.data_parallel_size,
+        expert_parallel=r.enable_expert_parallel,
     )
     graphs = 0 if r.enforce_eager else engine.cuda_graph_bytes(len(stage_layers))
     return memory_breakdown(
