@@ -142,15 +142,28 @@ def test_a_plan_takes_each_figure_s_band_and_the_load_only_for_speed():
     ttft_low = _band(figure="ttft", load="low", p90_rel=0.11)
     ttft_high = _band(figure="ttft", load="high", p90_rel=0.55)
     tpot = _band(figure="tpot", load="high", p90_rel=0.33)
-    bands = ErrorBands(bands=(kv, ttft_low, ttft_high, tpot))
+    throughput_high = _band(figure="throughput", load="high", p90_rel=0.6)
+    throughput_any = _band(figure="throughput", p90_rel=0.25)
+    # bands of another group, which must never stand in
+    others = (
+        _band(figure="throughput", hardware_class="amd", load="high"),
+        _band(figure="throughput", engine="sglang", load="high"),
+    )
+    bands = ErrorBands(
+        bands=(*others, kv, ttft_low, ttft_high, tpot, throughput_high, throughput_any)
+    )
     plan = bands_for(bands, "nvidia-hbm", "vllm", concurrency=128)
     assert plan.kv_cache_tokens is kv
     assert plan.ttft is ttft_high
     assert plan.tpot is tpot
-    assert plan.throughput is None
+    assert plan.throughput is throughput_high
     assert plan.of("ttft") is ttft_high
-    assert bands_for(bands, "nvidia-hbm", "vllm", concurrency=4).ttft is ttft_low
-    assert bands_for(bands, "nvidia-hbm", "vllm", concurrency=4).tpot is None
+    low = bands_for(bands, "nvidia-hbm", "vllm", concurrency=4)
+    assert low.ttft is ttft_low
+    assert low.tpot is None
+    assert low.throughput is throughput_any  # no split band at batch 4: any load
+    assert bands_for(bands, "amd", "vllm", concurrency=128).throughput is others[0]
+    assert bands_for(bands, "nvidia-hbm", "sglang", concurrency=128).throughput is others[1]
 
 
 def test_a_figure_without_a_band_says_unvalidated():
@@ -171,7 +184,10 @@ def test_bands_need_min_records_and_the_threshold_is_a_parameter():
     assert (band_any.load, band_any.records) == (ANY_LOAD, 2)
     assert (band_low.load, band_low.records) == ("low", 2)
     three = [*two, _rec("ttft", -0.3)]
-    assert [b.records for b in bands_from(three)] == [3, 3]
+    assert [(b.figure, b.records) for b in bands_from(three)] == [("ttft", 3), ("ttft", 3)]
+    # a small group sorted before a large one leaves the large one its band
+    mixed = [_rec("throughput", 0.5), *three]
+    assert [(b.figure, b.load) for b in bands_from(mixed)] == [("ttft", "any"), ("ttft", "low")]
 
 
 def test_a_band_is_over_absolute_errors():
