@@ -40,6 +40,7 @@ sends one completion, and stops the server before any test runs: one server at a
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 import shutil
@@ -99,7 +100,14 @@ def _serve_and_collect(arch: str, tmp_path_factory: pytest.TempPathFactory) -> d
     extra += ARCHS[arch].get("extra_args", [])
     work_dir = tmp_path_factory.mktemp(f"vllm-{arch}")
     t0 = time.monotonic()
-    server = helper.start(helper.free_port(), work_dir, python=python, arch=arch, extra_args=extra)
+    server = helper.start(
+        helper.free_port(),
+        work_dir,
+        python=python,
+        arch=arch,
+        extra_args=extra,
+        extra_env=helper.CONCURRENT_ENV,
+    )
     try:
         info = cache_config_info(server.base_url)
         body = {
@@ -141,27 +149,36 @@ def _serve_and_collect(arch: str, tmp_path_factory: pytest.TempPathFactory) -> d
 
 
 @pytest.fixture(scope="module")
-def moe_engine(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def _engines(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Every arch's servers started, read and stopped, two at a time."""
+    helper.require_vllm()
+    return helper.run_concurrently(
+        {arch: functools.partial(_serve_and_collect, arch, tmp_path_factory) for arch in ARCHS}
+    )
+
+
+@pytest.fixture(scope="module")
+def moe_engine(_engines) -> dict:
     """What vLLM built for the tiny Qwen3-MoE (its server already stopped)."""
-    return _serve_and_collect("moe", tmp_path_factory)
+    return helper.result_of(_engines, "moe")
 
 
 @pytest.fixture(scope="module")
-def sliding_engine(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def sliding_engine(_engines) -> dict:
     """What vLLM built for the tiny Gemma 2 (its server already stopped)."""
-    return _serve_and_collect("sliding", tmp_path_factory)
+    return helper.result_of(_engines, "sliding")
 
 
 @pytest.fixture(scope="module")
-def hybrid_engine(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def hybrid_engine(_engines) -> dict:
     """What vLLM built for the tiny Qwen3-Next at --block-size 64 (its server stopped)."""
-    return _serve_and_collect("hybrid", tmp_path_factory)
+    return helper.result_of(_engines, "hybrid")
 
 
 @pytest.fixture(scope="module")
-def nas_engine(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def nas_engine(_engines) -> dict:
     """What vLLM built for the tiny Nemotron-NAS (its server already stopped)."""
-    return _serve_and_collect("nas", tmp_path_factory)
+    return helper.result_of(_engines, "nas")
 
 
 def _plan(model_dir: Path, f: dict):

@@ -46,6 +46,7 @@ Mamba layers and 1 attention layer make 4 groups of 1 (3 is not under 1.5 x 1), 
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -83,7 +84,14 @@ def _serve(arch: str, extra: list[str], tmp_path_factory: pytest.TempPathFactory
     ]
     work_dir = tmp_path_factory.mktemp(f"vllm-{arch}")
     t0 = time.monotonic()
-    server = helper.start(helper.free_port(), work_dir, python=python, arch=arch, extra_args=extra)
+    server = helper.start(
+        helper.free_port(),
+        work_dir,
+        python=python,
+        arch=arch,
+        extra_args=extra,
+        extra_env=helper.CONCURRENT_ENV,
+    )
     try:
         info = cache_config_info(server.base_url)
         body = {
@@ -115,24 +123,39 @@ def _serve(arch: str, extra: list[str], tmp_path_factory: pytest.TempPathFactory
     return facts
 
 
-@pytest.fixture(scope="module")
-def mamba2_engine(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """What vLLM built for the tiny Mamba-2 (its server already stopped). The helper turns
-    prefix caching on; vLLM's default for an attention-free model is off, and with it on
-    (align mode) the CPU build's Mamba-2 path fails on the first request."""
-    return _serve("mamba2", ["--no-enable-prefix-caching"], tmp_path_factory)
+# the helper turns prefix caching on; vLLM's default for an attention-free model is off, and
+# with it on (align mode) the CPU build's Mamba-2 path fails on the first request
+SERVED = {"mamba2": ["--no-enable-prefix-caching"], "falcon_h1": [], "granite_hybrid": []}
 
 
 @pytest.fixture(scope="module")
-def falcon_h1_engine(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def _engines(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Every arch's servers started, read and stopped, two at a time."""
+    helper.require_vllm()
+    return helper.run_concurrently(
+        {
+            arch: functools.partial(_serve, arch, extra, tmp_path_factory)
+            for arch, extra in SERVED.items()
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def mamba2_engine(_engines) -> dict:
+    """What vLLM built for the tiny Mamba-2, prefix caching off (its server stopped)."""
+    return helper.result_of(_engines, "mamba2")
+
+
+@pytest.fixture(scope="module")
+def falcon_h1_engine(_engines) -> dict:
     """What vLLM built for the tiny Falcon-H1, prefix caching on (its server stopped)."""
-    return _serve("falcon_h1", [], tmp_path_factory)
+    return helper.result_of(_engines, "falcon_h1")
 
 
 @pytest.fixture(scope="module")
-def granite_engine(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def granite_engine(_engines) -> dict:
     """What vLLM built for the tiny Granite-4.0-H, prefix caching on (its server stopped)."""
-    return _serve("granite_hybrid", [], tmp_path_factory)
+    return helper.result_of(_engines, "granite_hybrid")
 
 
 ENGINES = ["mamba2_engine", "falcon_h1_engine", "granite_engine"]

@@ -11,6 +11,7 @@ The server runs in its own virtual environment (``<repo>/.venv-vllm``, made by
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import ctypes
 import json
@@ -22,9 +23,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = REPO_ROOT / ".venv-vllm" / "bin" / "python"
@@ -33,6 +37,11 @@ INSTALL_SCRIPT = "scripts/vllm_cpu/install.sh"
 # reason, every test that needs the real vLLM; without it such a test fails (a run that
 # silently tests nothing is worse than a red one).
 WITHOUT_VLLM_ENV = "SERVEFIT_WITHOUT_VLLM"
+CONCURRENT_STARTS = 2  # servers a module starts at once (run_concurrently)
+# a server started beside another: vLLM's CPU build would pin both workers' OpenMP threads to
+# the same core ("auto" binds local rank 0 to the last physical core, and reserves the rest);
+# unbound, the scheduler spreads them
+CONCURRENT_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 
 
 def require_installed(path: Path, what: str, script: str) -> Path:
@@ -206,13 +215,41 @@ def start(
     timeout_s: float = STARTUP_TIMEOUT_S,
     arch: str = "llama",
     extra_args: Sequence[str] = (),
+    extra_env: dict[str, str] | None = None,
 ) -> VllmServer:
     """As :func:`start_server`, returning a :class:`VllmServer`.
 
     ``arch`` is ``make_tiny_model.py --arch`` (llama, moe, sliding, hybrid); the model is served
     as ``tiny-<arch>``. ``extra_args`` are appended to the server's command line (e.g.
-    ``["--max-num-batched-tokens", "512"]``).
+    ``["--max-num-batched-tokens", "512"]``); ``extra_env`` is added to its environment.
     """
+    pending = launch(
+        port, work_dir, python=python, arch=arch, extra_args=extra_args, extra_env=extra_env
+    )
+    return wait_ready(pending, timeout_s=timeout_s)
+
+
+@dataclass
+class Launched:
+    """A server process started by :func:`launch`, not yet known to answer."""
+
+    server: VllmServer  # startup_seconds is 0 until wait_ready
+    t0: float  # time.monotonic() at the launch
+
+
+def launch(
+    port: int,
+    work_dir: Path,
+    *,
+    python: Path = VLLM_PYTHON,
+    arch: str = "llama",
+    extra_args: Sequence[str] = (),
+    extra_env: dict[str, str] | None = None,
+) -> Launched:
+    """Build (or reuse) the tiny model and start its server without waiting for it: the
+    start-up then runs beside whatever the caller does until :func:`wait_ready`. The server
+    dies with the thread that launched it (``PR_SET_PDEATHSIG``), so launch from a thread
+    that outlives it."""
     python = Path(python)
     if not python.exists():
         raise FileNotFoundError(
@@ -224,7 +261,6 @@ def start(
     name = model_name(arch)
     extra = tuple(str(a) for a in extra_args)
     log_path = work_dir / f"vllm-server-{port}.log"
-    base_url = f"http://{HOST}:{port}"
     t0 = time.monotonic()
     with log_path.open("wb") as log:
         process = subprocess.Popen(
@@ -232,21 +268,39 @@ def start(
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=server_env(),
+            env={**server_env(), **(extra_env or {})},
             cwd=work_dir,
             start_new_session=True,  # own session and process group
             # dies with the test process, even one killed before its fixtures' teardown
             preexec_fn=_die_with_parent,
         )
-    deadline = t0 + timeout_s
+    server = VllmServer(
+        base_url=f"http://{HOST}:{port}",
+        log_path=log_path,
+        process=process,
+        model_dir=model_dir,
+        port=port,
+        startup_seconds=0.0,
+        arch=arch,
+        served_model_name=name,
+        extra_args=extra,
+    )
+    return Launched(server=server, t0=t0)
+
+
+def wait_ready(pending: Launched, *, timeout_s: float = STARTUP_TIMEOUT_S) -> VllmServer:
+    """Wait until a launched server lists its model on ``/v1/models``; stop it and raise with
+    its log's tail if it exits or stays silent ``timeout_s`` after its launch."""
+    server, process = pending.server, pending.server.process
+    deadline = pending.t0 + timeout_s
     while True:
         if process.poll() is not None:
             raise RuntimeError(
                 f"vLLM server exited with code {process.returncode} during startup; "
-                f"log {log_path}:\n{_log_tail(log_path)}"
+                f"log {server.log_path}:\n{_log_tail(server.log_path)}"
             )
         try:
-            models = _get_json(f"{base_url}/v1/models", timeout=2.0)
+            models = _get_json(f"{server.base_url}/v1/models", timeout=2.0)
             if models.get("data"):
                 break
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, ValueError):
@@ -254,21 +308,40 @@ def start(
         if time.monotonic() > deadline:
             stop_server(process)
             raise TimeoutError(
-                f"vLLM server did not answer {base_url}/v1/models within {timeout_s:.0f} s; "
-                f"log {log_path}:\n{_log_tail(log_path)}"
+                f"vLLM server did not answer {server.base_url}/v1/models within "
+                f"{timeout_s:.0f} s; log {server.log_path}:\n{_log_tail(server.log_path)}"
             )
         time.sleep(1.0)
-    return VllmServer(
-        base_url=base_url,
-        log_path=log_path,
-        process=process,
-        model_dir=model_dir,
-        port=port,
-        startup_seconds=time.monotonic() - t0,
-        arch=arch,
-        served_model_name=name,
-        extra_args=extra,
-    )
+    server.startup_seconds = time.monotonic() - pending.t0
+    return server
+
+
+def run_concurrently(
+    jobs: dict[str, Callable[[], T]], workers: int = CONCURRENT_STARTS
+) -> dict[str, T | BaseException]:
+    """Run independent start-query-stop jobs ``workers`` at a time; each job's result, or the
+    exception it raised (its own test reports it, the others still run).
+
+    A server's start-up is a chain of single-threaded steps (imports, the engine-core
+    process, the profile run), so two start-ups on two cores take about the time of one.
+    """
+    results: dict[str, T | BaseException] = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {name: pool.submit(job) for name, job in jobs.items()}
+        for name, future in futures.items():
+            try:
+                results[name] = future.result()
+            except Exception as exc:  # the job's failure belongs to the tests that use it
+                results[name] = exc
+    return results
+
+
+def result_of(results: dict[str, T | BaseException], name: str) -> T:
+    """One job's result from :func:`run_concurrently`, re-raising what the job raised."""
+    value = results[name]
+    if isinstance(value, BaseException):
+        raise value
+    return value
 
 
 def stop_server(process: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> int | None:
