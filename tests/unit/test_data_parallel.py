@@ -250,3 +250,56 @@ def test_qwen3_coder_480b_dp8_ep_kv_memory_is_the_logged_one(gmu, logged_gib):
     assert predicted_gib == pytest.approx(logged_gib, rel=0.03)
     # and, as vLLM did, it refuses the 262,144-token context (62.00 GiB a request)
     assert code == 1 and not doc["verdict"]["fits"]
+
+
+# -- the --num-gpus search: a MoE model's DP ranks as one engine ------------------------------
+
+
+def test_the_layout_search_tries_a_moe_model_s_dp_ranks_as_one_engine():
+    from servefit.core.scaling import Layout, candidate_layouts, layout_commands
+
+    moe = {lay.label: lay for lay in candidate_layouts(8, 8, is_moe=True)}
+    one = moe["TP1 x PP1 x DP8 in one engine + EP"]
+    assert one.num_gpus == 8 and one.expert_parallel_size == 8  # EP = TP x DP
+    assert moe["TP2 x PP1 x DP4 in one engine + EP"].expert_parallel_size == 8
+    assert moe["TP2 x PP1 x DP4 + EP"].expert_parallel_size == 2  # replicas: EP = TP
+    assert moe["TP1 x PP1 x DP8 in one engine"].expert_parallel_size == 1  # sliced 8 ways
+    assert "TP8 x PP1 x DP1 in one engine" not in moe  # one rank is no DP
+    # a dense model's ranks in one engine are replicas: not tried twice
+    assert not any(lay.one_engine for lay in candidate_layouts(8, 8, is_moe=False))
+    # one engine is one command with --data-parallel-size; MoE replicas are separate servers
+    assert layout_commands("m", one, 8) == (
+        "vllm serve m --tensor-parallel-size 1 --data-parallel-size 8 --enable-expert-parallel",
+    )
+    replicas = layout_commands("m", Layout(tp=2, pp=1, dp=4), 8, is_moe=True)
+    assert not any("--data-parallel-size" in c for c in replicas)
+    assert "x 4 replicas" in replicas[-1]
+
+
+def test_num_gpus_plans_qwen3_coder_480b_as_one_dp_ep_engine():
+    # 480B parameters in FP8: 449 GiB of weights, which no single H200 holds
+    result = CliRunner().invoke(
+        cli,
+        [
+            *("plan", CODER, "--gpu", "H200", "--quantization", "fp8", "--num-gpus", "8"),
+            *("--max-model-len", "32768", "--input-len", "2048", "--output-len", "512"),
+            *("--concurrency", "64", "--offline", "--json"),
+        ],
+    )
+    doc = json.loads(result.output)
+    layouts = {row["layout"]: row for row in doc["scaling"]["layouts"]}
+    assert layouts["TP1 x PP1 x DP8 in one engine + EP"]["fits"]
+    assert layouts["TP8 x PP1 x DP1"]["fits"]
+    assert not layouts["TP1 x PP1 x DP8"]["fits"]  # eight 1-GPU replicas of 480B
+    # a replica of 2 GPUs holds half of every expert (224.6 GiB a GPU): no; one engine of
+    # four such ranks spreads the experts over all 8 GPUs: yes
+    assert not layouts["TP2 x PP1 x DP4"]["fits"]
+    assert layouts["TP2 x PP1 x DP4 in one engine"]["fits"]
+    # the verdict is the chosen layout's plan, and its command launches that layout
+    best = layouts[doc["scaling"]["best"]]
+    dp = best["data_parallel_size"] if best["one_engine"] else 1
+    assert doc["settings"]["data_parallel_size"] == dp
+    assert doc["settings"]["tensor_parallel_size"] == best["tensor_parallel_size"]
+    command = doc["vllm_command"]
+    assert ("--enable-expert-parallel" in command) == best["expert_parallel"]
+    assert (f"--data-parallel-size {dp}" in command) == (dp > 1)

@@ -42,6 +42,8 @@ class LayoutSection(FrozenDoc):
     tpot_s: float | None
     ttft_s: float | None
     problem: str
+    # the DP ranks are one vLLM engine (--data-parallel-size), not separate replicas
+    one_engine: bool = False
 
 
 class ScalingSection(FrozenDoc):
@@ -60,6 +62,7 @@ def layout_section(r: LayoutResult) -> LayoutSection:
         pipeline_parallel_size=r.layout.pp,
         data_parallel_size=r.layout.dp,
         expert_parallel=r.layout.ep,
+        one_engine=r.layout.one_engine,
         fits=r.fits,
         output_throughput_tok_per_s=r.output_throughput_tok_per_s,
         tpot_s=r.load.tpot_s.mean if r.load else None,

@@ -84,6 +84,7 @@ def plan_deployment_scaling(
             d.settings,
             tensor_parallel_size=layout.tp,
             pipeline_parallel_size=layout.pp,
+            data_parallel_size=layout.dp if layout.one_engine else 1,
             enable_expert_parallel=layout.ep,
         )
         serve = vllm_serve_args(
@@ -94,7 +95,11 @@ def plan_deployment_scaling(
             enable_expert_parallel=layout.ep,
         )
         commands = layout_commands(
-            resolved.model_id, layout, request.gpus_per_node, serve_args=serve
+            resolved.model_id,
+            layout,
+            request.gpus_per_node,
+            serve_args=serve,
+            is_moe=resolved.loaded.spec.is_moe,
         )
     return ScalingOutcome(request=request, layouts=results, best=best, commands=commands)
 
@@ -102,12 +107,13 @@ def plan_deployment_scaling(
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChosenLayout:
     """A ``--num-gpus`` run: the layouts tried, and the plan of one replica of the best (its
-    TP, PP and ``--enable-expert-parallel``, its share of the workload), which is the run's
-    verdict. Where no layout serves the workload, the plan is of the flags as given."""
+    TP, PP and ``--enable-expert-parallel``, its share of the workload), or of the one engine
+    whose ranks are the layout's DP (the whole workload), which is the run's verdict. Where
+    no layout serves the workload, the plan is of the flags as given."""
 
     outcome: PlanOutcome
     scaling: ScalingOutcome
-    replicas: int  # the chosen layout's DP (1 when none was chosen)
+    replicas: int  # the servers the chosen layout runs: its DP, 1 for one engine or none
 
     @property
     def is_chosen(self) -> bool:
@@ -125,16 +131,18 @@ def plan_on_gpus(
         outcome = plan_deployment(d, with_performance=with_performance, resolved=resolved)
         return ChosenLayout(outcome=outcome, scaling=scaling, replicas=1)
     layout = best.layout
-    extra = d.extra_args
-    if layout.ep and "--enable-expert-parallel" not in extra:
-        extra = ("--enable-expert-parallel", *extra)
+    servers = 1 if layout.one_engine else layout.dp
     replica = replace(
         d,
         settings=replace(
-            d.settings, tensor_parallel_size=layout.tp, pipeline_parallel_size=layout.pp
+            d.settings,
+            tensor_parallel_size=layout.tp,
+            pipeline_parallel_size=layout.pp,
+            data_parallel_size=layout.dp if layout.one_engine else 1,
+            enable_expert_parallel=layout.ep,
         ),
-        workload=replica_workload(d.workload, layout.dp),
-        extra_args=extra,
+        workload=replica_workload(d.workload, servers),
+        extra_args=tuple(a for a in d.extra_args if a != "--enable-expert-parallel"),
     )
     outcome = plan_deployment(replica, with_performance=with_performance, resolved=resolved)
-    return ChosenLayout(outcome=outcome, scaling=scaling, replicas=layout.dp)
+    return ChosenLayout(outcome=outcome, scaling=scaling, replicas=servers)

@@ -3,9 +3,12 @@
 Layouts are tensor parallel (TP, within a node: NVLink or PCIe) x pipeline parallel (PP,
 across nodes) x data-parallel replicas (DP), plus expert parallelism (EP) for MoE models
 (``--enable-expert-parallel``: experts are spread whole over the TP ranks instead of being
-sliced). Each layout is planned (does it fit?) and simulated under its share of the load
-(concurrency or request rate divided by the replicas); the best one is picked for the
-objective:
+sliced). A MoE model's DP ranks can also be one vLLM engine (``--data-parallel-size``, within
+a node): its experts are then spread over all TP x DP GPUs (sliced, or whole with EP = TP x
+DP), the layout users run for large MoE models (TP1 x DP8 + EP). For a dense model the ranks
+of one engine are replicas, so only replicas are tried. Each layout is planned (does it
+fit?) and simulated under its share of the load (concurrency or request rate divided by the
+ranks); the best one is picked for the objective:
 
 - ``throughput``: most output tokens/s over all GPUs, among layouts meeting the SLO;
 - ``latency``: lowest time per output token (then TTFT), among layouts meeting the SLO.
@@ -34,14 +37,24 @@ class Layout:
     pp: int
     dp: int
     ep: bool = False
+    # the DP ranks are one vLLM engine (--data-parallel-size), not separate replicas
+    one_engine: bool = False
 
     @property
     def num_gpus(self) -> int:
         return self.tp * self.pp * self.dp
 
     @property
+    def expert_parallel_size(self) -> int:
+        """The GPUs an expert layer's whole experts are spread over (1 without EP)."""
+        if not self.ep:
+            return 1
+        return self.tp * self.dp if self.one_engine else self.tp
+
+    @property
     def label(self) -> str:
         text = f"TP{self.tp} x PP{self.pp} x DP{self.dp}"
+        text += " in one engine" if self.one_engine else ""
         return text + (" + EP" if self.ep else "")
 
 
@@ -74,7 +87,8 @@ def candidate_layouts(
     num_gpus: int, gpus_per_node: int, *, is_moe: bool, max_pp: int = 8
 ) -> tuple[Layout, ...]:
     """Every TP x PP x DP that uses exactly ``num_gpus``: TP a power of two within a node,
-    PP across nodes (only when TP fills a node), DP the rest."""
+    PP across nodes (only when TP fills a node), DP the rest; for a MoE model, DP ranks
+    within a node also as one engine, with and without EP."""
     if num_gpus < 1 or gpus_per_node < 1:
         raise ServefitError("--num-gpus and --gpus-per-node must be >= 1")
     out = []
@@ -87,6 +101,9 @@ def candidate_layouts(
                 out.append(Layout(tp=tp, pp=pp, dp=dp))
                 if is_moe and tp > 1:
                     out.append(Layout(tp=tp, pp=pp, dp=dp, ep=True))
+                if is_moe and pp == 1 and dp > 1 and tp * dp <= gpus_per_node:
+                    out.append(Layout(tp=tp, pp=1, dp=dp, one_engine=True))
+                    out.append(Layout(tp=tp, pp=1, dp=dp, one_engine=True, ep=True))
             pp *= 2
         tp *= 2
     return tuple(out)
@@ -113,6 +130,7 @@ def plan_scaling(
             settings,
             tensor_parallel_size=layout.tp,
             pipeline_parallel_size=layout.pp,
+            data_parallel_size=layout.dp if layout.one_engine else 1,
             concurrency=None,
             enable_expert_parallel=layout.ep,
         )
@@ -130,7 +148,7 @@ def plan_scaling(
             continue
         try:
             load = simulate(
-                plan, replica_workload(workload, layout.dp), layout.tp if layout.ep else 1
+                plan, replica_workload(workload, layout.dp), layout.expert_parallel_size
             )
         except ServefitError as error:
             results.append(LayoutResult(layout=layout, plan=plan, load=None, problem=str(error)))
@@ -158,18 +176,25 @@ def layout_commands(
     gpus_per_node: int,
     *,
     serve_args: Sequence[str] | None = None,
+    is_moe: bool = False,
 ) -> tuple[str, ...]:
     """The commands that realise a layout with vLLM (Ray across nodes). ``serve_args`` is
-    the full ``vllm serve`` line of one replica (the user's flags and the layout's TP/PP/EP);
-    without it, a bare line with the layout's flags."""
+    the full ``vllm serve`` line of one replica, or of the one engine (the user's flags and
+    the layout's TP/PP/DP/EP); without it, a bare line with the layout's flags. Replicas of
+    a MoE model are separate servers: ``--data-parallel-size`` would make them one engine,
+    whose experts are spread differently."""
     if serve_args is None:
         flags = ["vllm", "serve", model_id, "--tensor-parallel-size", str(layout.tp)]
         if layout.pp > 1:
             flags += ["--pipeline-parallel-size", str(layout.pp)]
+        if layout.one_engine:
+            flags += ["--data-parallel-size", str(layout.dp)]
         if layout.ep:
             flags.append("--enable-expert-parallel")
         serve_args = flags
     serve = shlex.join(serve_args)
+    if layout.one_engine:
+        return (serve,)
     per_replica_gpus = layout.tp * layout.pp
     if per_replica_gpus > gpus_per_node:
         nodes = -(-per_replica_gpus // gpus_per_node)
@@ -186,7 +211,7 @@ def layout_commands(
                 else ()
             ),
         )
-    if layout.dp > 1 and layout.dp * per_replica_gpus <= gpus_per_node:
+    if layout.dp > 1 and layout.dp * per_replica_gpus <= gpus_per_node and not is_moe:
         return (serve + f" --data-parallel-size {layout.dp}",)
     if layout.dp > 1:
         return (
