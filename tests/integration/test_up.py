@@ -14,11 +14,13 @@ it (the CLI in a subprocess), on the tiny random-weight models of ``make_tiny_mo
 * a failing gate launches nothing; an engine that refuses (unreadable weights) is reported
   with its reason and exit 1; a port in use and a missing engine: one line, exit 2.
 
-One server at a time; every wait is bounded.
+One server at a time, but for the two signals' runs, which go side by side; every wait is
+bounded.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -220,17 +222,16 @@ def _wait_for(path: Path, text: str, timeout_s: float, process: subprocess.Popen
     raise AssertionError(f"{text!r} not in {path} after {timeout_s:.0f} s")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_killed_up_leaves_no_vllm_process(sig, models, tmp_path):
-    run_dir, port = tmp_path / "run", helper.free_port()
+def _kill_up_while_starting(sig: int, model: Path, run_dir: Path, port: int) -> tuple[str, int]:
+    """Start ``up``, signal it once vLLM's engine core (a child of the server) exists; what
+    it printed and its exit code."""
     process = subprocess.Popen(
-        _up_args(models["llama"], run_dir, port),
+        _up_args(model, run_dir, port),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        env=_env(),
+        env={**_env(), **helper.CONCURRENT_ENV},
     )
     try:
-        # signalled once vLLM's engine core (a child of the server) exists
         _wait_for(run_dir / "vllm.log", "Initializing a V1 LLM engine", UP_TIMEOUT_S, process)
         process.send_signal(sig)
         out, _ = process.communicate(timeout=120)
@@ -238,9 +239,34 @@ def test_a_killed_up_leaves_no_vllm_process(sig, models, tmp_path):
         if process.poll() is None:
             process.kill()
             process.wait(timeout=30)
-    text = out.decode(errors="replace")
+    return out.decode(errors="replace"), process.returncode
+
+
+SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}
+
+
+@pytest.fixture(scope="module")
+def killed_ups(models, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Both signals' runs, side by side (each its own run folder and port)."""
+    where = {
+        name: (tmp_path_factory.mktemp(f"up-{name}") / "run", helper.free_port())
+        for name in SIGNALS
+    }
+    results = helper.run_concurrently(
+        {
+            name: functools.partial(_kill_up_while_starting, sig, models["llama"], *where[name])
+            for name, sig in SIGNALS.items()
+        }
+    )
+    return {name: (where[name], results) for name in SIGNALS}
+
+
+@pytest.mark.parametrize("name", list(SIGNALS))
+def test_a_killed_up_leaves_no_vllm_process(name, killed_ups):
+    (run_dir, port), results = killed_ups[name]
+    text, returncode = helper.result_of(results, name)
     assert "nothing is left running" in text, text
-    assert process.returncode == 130
+    assert returncode == 130
     _assert_nothing_left(run_dir, port)
 
 
