@@ -94,8 +94,8 @@ def test_gated_deltanet_state_is_a_conv_window_and_a_k_by_v_state_per_head():
 def test_mamba1_state_is_a_conv_window_and_d_inner_by_state_size():
     m = MambaSpec(version=1, d_inner=4096, state_size=16, conv_kernel=4, dt_rank=256)
     assert state_bytes(m, 1, 2, 4) == 3 * 4096 * 2 + 4096 * 16 * 4
-    # TP 7: conv 12,288 // 7 = 1,755; ssm (4,096 // 7 = 585) x 16 = 9,360
-    assert state_bytes(m, 7, 2, 4) == 1755 * 2 + 9360 * 4  # 40,950
+    # TP 7: conv 12,288 // 7 = 1,755; ssm (4,096 // 7 = 585) x 16 = 9,360; all fp32
+    assert state_bytes(m, 7, 4, 4) == 1755 * 4 + 9360 * 4  # 44,460
     # Mamba-1's conv window does not grow with speculative tokens
     assert state_bytes(m, 1, 2, 4, num_spec=3) == state_bytes(m, 1, 2, 4)
 
