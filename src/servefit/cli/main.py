@@ -36,6 +36,7 @@ COMMANDS = {
     "calibrate": "servefit.cli.calibrate:calibrate",
     "gpus": "servefit.cli.catalog:gpus",
     "models": "servefit.cli.catalog:models",
+    "fit": "servefit.cli.fit:fit",
     "ui": "servefit.cli.ui:ui",
     "history": "servefit.cli.history:history",
 }

@@ -373,3 +373,36 @@ def render_verdict(outcome: PlanOutcome, console: Console) -> None:
     console.print("[dim]Assumptions:[/]")
     for line in plan.assumptions:
         console.print(f"[dim]  - {line}[/]", highlight=False)
+
+
+def render_fit(outcome: Any, rows: Sequence[Any], console: Console) -> None:
+    """``servefit fit``'s ranked table: what fits first, the largest model first."""
+    fitting = len(outcome.fitting)
+    table = Table(
+        title=(
+            f"Bundled models on {outcome.gpu} for {outcome.task}: {fitting} of "
+            f"{len(outcome.rows)} fit (largest first)"
+        ),
+        title_justify="left",
+    )
+    for col in ("model", "weights", "params", "fits", "context", "longest", "at once", "tok/s"):
+        table.add_column(col, justify="left" if col in ("model", "weights", "fits") else "right")
+    for r in rows:
+        table.add_row(
+            r.model,
+            r.weights,
+            f"{r.total_params / 1e9:,.1f} B",
+            "yes" if r.fits else "[red]no[/]",
+            f"{r.context_tokens:,}",
+            f"{r.largest_context_tokens:,}" if r.largest_context_tokens else "-",
+            f"{r.max_concurrency:,.1f}" if r.fits else "-",
+            f"{r.decode_tok_per_s:,.0f}" if r.decode_tok_per_s else "-",
+        )
+    console.print(table)
+    console.print(
+        "[dim]longest: the longest request the KV cache holds; at once: requests of the "
+        "context held together; tok/s: one request decoding at 1,024 tokens of context. "
+        "Each row is `servefit plan MODEL --max-model-len CONTEXT` (with its weights' flag).[/]"
+    )
+    if outcome.skipped:
+        console.print(f"[dim]not planned here: {len(outcome.skipped)} (--json lists them)[/]")
