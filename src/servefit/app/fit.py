@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from servefit.app.deployment import Deployment, Hardware
 from servefit.app.fleet_search import has_fp8
 from servefit.app.plan import capacity_for, prediction_bands
-from servefit.app.resolve import resolve
+from servefit.app.resolve import Resolved, resolve, resolve_gpu
 from servefit.app.verdict import judge
 from servefit.core.op_cost import decode_step
 from servefit.core.ops import model_coeffs
@@ -93,14 +93,17 @@ def fit_models(
     if context_tokens is not None and context_tokens < 1:
         raise InvalidArgumentError(f"--context must be >= 1 token, got {context_tokens}")
     wanted = context_tokens or TASK_CONTEXT_TOKENS[task]
+    gpu = resolve_gpu(hardware)  # once: detecting this machine runs nvidia-smi
     rows: list[FitRow] = []
     skipped: list[str] = []
-    gpu_name = ""
     for model_id in model_ids:
         base = Deployment(model=model_id, hardware=hardware, allow_hub=False)
+        loaded = None
         for flags, d in _variants(base, gguf):
             try:
-                row, gpu_name = _row(model_id, flags, d, wanted)
+                resolved = resolve(d, loaded=loaded if d.gguf is None else None, gpu=gpu)
+                loaded = loaded or resolved.loaded
+                row = _row(model_id, flags, planned_at(resolved, d, wanted), resolved)
             except ServefitError as error:
                 if not flags:
                     skipped.append(f"{model_id}: {str(error).splitlines()[0]}")
@@ -108,24 +111,29 @@ def fit_models(
             if row is not None:
                 rows.append(row)
     rows.sort(key=lambda r: r.rank_key, reverse=True)
-    return FitOutcome(gpu=gpu_name, task=task, rows=tuple(rows), skipped=tuple(skipped))
+    return FitOutcome(gpu=gpu.name, task=task, rows=tuple(rows), skipped=tuple(skipped))
+
+
+def planned_at(resolved: Resolved, d: Deployment, wanted: int) -> Deployment:
+    """``d`` at the context asked, capped at the model's own maximum."""
+    spec = resolved.loaded.spec
+    context = min(wanted, spec.max_position_embeddings or wanted)
+    return replace(d, settings=replace(d.settings, max_model_len=context))
 
 
 def _row(
-    model_id: str, flags: tuple[str, ...], d: Deployment, wanted: int
-) -> tuple[FitRow | None, str]:
+    model_id: str, flags: tuple[str, ...], planned: Deployment, resolved: Resolved
+) -> FitRow | None:
     """One row: the plan's own capacity and verdict (``plan_deployment`` without its
     recommendation, which a ranking does not need)."""
-    resolved = resolve(d)
     spec, gpu = resolved.loaded.spec, resolved.gpu
     if flags[:1] == ("--quantization",) and (spec.quant.is_quantized or not has_fp8(gpu)):
-        return None, gpu.name  # fp8 only where it is a choice the GPU computes
+        return None  # fp8 only where it is a choice the GPU computes
     if not flags:
         label = spec.quant.method if spec.quant.is_quantized else spec.dtype
     else:
         label = "fp8 on load" if flags[0] == "--quantization" else f"GGUF {flags[1]}"
-    context = min(wanted, spec.max_position_embeddings or wanted)
-    planned = replace(d, settings=replace(d.settings, max_model_len=context))
+    context = planned.settings.max_model_len or 0
     plan = capacity_for(resolved, planned.engine_settings())
     bands = prediction_bands(resolved, plan, planned)
     verdict = judge(plan, planned, bands.kv_cache_tokens)
@@ -134,20 +142,17 @@ def _row(
         m = model_coeffs(plan.model, kv_cache_dtype=plan.settings.kv_cache_dtype)
         step = step_time(m, decode_step(1, DECODE_CONTEXT_TOKENS), gpu, resolved.profile())
         speed = 1.0 / step.time_s
-    return (
-        FitRow(
-            model=model_id,
-            weights=label,
-            engine=resolved.engine.name,
-            total_params=count_params(spec).total,
-            fits=verdict.fits,
-            context_tokens=context,
-            largest_context_tokens=plan.largest_max_model_len,
-            max_concurrency=plan.max_concurrency,
-            weights_bytes_per_gpu=plan.memory.weights_bytes,
-            decode_tok_per_s=speed,
-            problem="" if verdict.fits else verdict.headline,
-            argv=("--max-model-len", str(context), *flags),
-        ),
-        gpu.name,
+    return FitRow(
+        model=model_id,
+        weights=label,
+        engine=resolved.engine.name,
+        total_params=count_params(spec).total,
+        fits=verdict.fits,
+        context_tokens=context,
+        largest_context_tokens=plan.largest_max_model_len,
+        max_concurrency=plan.max_concurrency,
+        weights_bytes_per_gpu=plan.memory.weights_bytes,
+        decode_tok_per_s=speed,
+        problem="" if verdict.fits else verdict.headline,
+        argv=("--max-model-len", str(context), *flags),
     )

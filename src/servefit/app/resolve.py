@@ -133,11 +133,15 @@ def load_calibration_for(hw: Hardware) -> CalibrationDocument | None:
     return load_calibration(Path(hw.calibration_path))
 
 
-def resolve(d: Deployment, *, loaded: LoadedModel | None = None) -> Resolved:
+def resolve(
+    d: Deployment, *, loaded: LoadedModel | None = None, gpu: GpuSpec | None = None
+) -> Resolved:
     """Load the model (path, catalog, Hub) and find the GPU. ``loaded`` reuses a model
-    already loaded (compare plans one model on several GPUs)."""
+    already loaded (compare plans one model on several GPUs); ``gpu`` a device already
+    resolved from ``d.hardware`` (``fit`` plans every model on one detected machine)."""
     calibration = load_calibration_for(d.hardware)
-    gpu = resolve_gpu(d.hardware, calibration)
+    if gpu is None:
+        gpu = resolve_gpu(d.hardware, calibration)
     if loaded is None:
         loaded = load_model(d.model, revision=d.revision, allow_hub=d.allow_hub)
     if d.gguf is not None:
