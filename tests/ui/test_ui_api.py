@@ -203,6 +203,37 @@ def test_a_speculative_plan_is_plan_json_for_the_same_flags():
     assert "--speculative-config" in json.loads(body)["vllm_command"]
 
 
+def test_data_parallel_ranks_are_plan_json_for_the_same_flags():
+    # a MoE model at DP 2 + EP on 2 x H100: the page's answer is `plan -dp 2 -ep`'s
+    params = {
+        "model": "Qwen/Qwen3-30B-A3B",
+        "gpu": "H100-SXM",
+        "max-model-len": "8192",
+        "data-parallel-size": "2",
+        "enable-expert-parallel": "true",
+    }
+    status, _, body = get("/api/plan.json", params)
+    assert status == 200, body
+    cli = subprocess.run(
+        [
+            *CLI,
+            *("plan", "Qwen/Qwen3-30B-A3B", "--gpu", "H100-SXM", "--max-model-len", "8192"),
+            *("--data-parallel-size", "2", "--enable-expert-parallel", "--json"),
+        ],
+        capture_output=True,
+        text=True,
+        env=OFFLINE,
+        timeout=120,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert body.decode() == cli.stdout
+    doc = json.loads(body)
+    assert doc["settings"]["data_parallel_size"] == 2
+    assert "--data-parallel-size 2" in doc["vllm_command"]
+    bad = get("/api/plan.json", {**params, "data-parallel-size": "0"})
+    assert bad[0] == 400 and b"data-parallel-size" in bad[2]
+
+
 def test_compare_is_compare_json():
     params = {"compare-models": SEED["model"], "compare-gpus": "A40,H100-SXM"}
     params["max-model-len"] = "8k"

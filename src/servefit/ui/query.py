@@ -114,6 +114,7 @@ FIELDS: dict[str, Callable[[str, str], Any]] = {
     "gpu-bandwidth-gbps": _float,
     "tensor-parallel-size": _int,
     "pipeline-parallel-size": _int,
+    "data-parallel-size": _int,
     "max-model-len": _human_int,
     "max-num-seqs": _int,
     "max-num-batched-tokens": _human_int,
@@ -224,6 +225,7 @@ def deployment_for(q: PageQuery, model: str | None = None) -> Any:
     settings = ServeSettings(
         tensor_parallel_size=g("tensor-parallel-size", 1),
         pipeline_parallel_size=g("pipeline-parallel-size", 1),
+        data_parallel_size=g("data-parallel-size", 1),
         max_model_len=g("max-model-len"),
         max_num_seqs=g("max-num-seqs"),
         max_num_batched_tokens=g("max-num-batched-tokens"),

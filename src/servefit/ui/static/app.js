@@ -6,7 +6,7 @@
 
 const FIELDS = [
   "model", "gpu", "gpu-memory-gib", "gpu-bandwidth-gbps", "tensor-parallel-size",
-  "pipeline-parallel-size", "max-model-len", "max-num-seqs", "max-num-batched-tokens",
+  "pipeline-parallel-size", "data-parallel-size", "max-model-len", "max-num-seqs", "max-num-batched-tokens",
   "gpu-memory-utilization", "kv-cache-dtype", "dtype", "quantization", "speculative-config",
   "acceptance-rate", "enable-prefix-caching",
   "enforce-eager", "enable-expert-parallel", "enable-lora", "max-loras", "max-lora-rank",
