@@ -3,7 +3,8 @@ architectures: a tiny MoE, a tiny sliding-window hybrid and a tiny linear-attent
 
 Each architecture gets its own server (``make_tiny_model.py --arch moe|sliding``), started
 by a module-scoped fixture that reads what the engine built (startup log and ``/metrics``),
-sends one completion, and stops the server before any test runs: one server at a time.
+sends one completion, and stops the server before any test runs, two servers at a time
+(``vllm_server.serve_once``, ``run_concurrently``).
 
 * ``moe``: ``Qwen3MoeForCausalLM``, 2 layers of 4 experts (top-2), 2 KV heads of 32 dims,
   bf16. The KV cache does not see the experts: it is the Llama's (64 KiB a block id),
@@ -45,8 +46,6 @@ import json
 import re
 import shutil
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -61,7 +60,7 @@ from servefit.core.weights import count_params
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import vllm_server as helper
-from test_planner_vs_vllm import GIB, REL_TOL, cache_config_info, parse_startup_log
+from test_planner_vs_vllm import GIB, REL_TOL, cache_config_labels, parse_startup_log
 
 pytestmark = pytest.mark.integration
 
@@ -98,33 +97,10 @@ def _serve_and_collect(arch: str, tmp_path_factory: pytest.TempPathFactory) -> d
     if "block_size" in ARCHS[arch]:
         extra += ["--block-size", str(ARCHS[arch]["block_size"])]
     extra += ARCHS[arch].get("extra_args", [])
-    work_dir = tmp_path_factory.mktemp(f"vllm-{arch}")
-    t0 = time.monotonic()
-    server = helper.start(
-        helper.free_port(),
-        work_dir,
-        python=python,
-        arch=arch,
-        extra_args=extra,
-        extra_env=helper.CONCURRENT_ENV,
+    served = helper.serve_once(
+        tmp_path_factory.mktemp(f"vllm-{arch}"), python=python, arch=arch, extra_args=extra
     )
-    try:
-        info = cache_config_info(server.base_url)
-        body = {
-            "model": server.served_model_name,
-            "prompt": "the quick brown fox jumps over the lazy dog " * 20,
-            "max_tokens": 4,
-            "ignore_eos": True,
-        }
-        request = urllib.request.Request(
-            f"{server.base_url}/v1/completions",
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=120) as response:
-            usage = json.load(response)["usage"]
-    finally:
-        helper.stop_server(server.process)
+    server, info = served.server, cache_config_labels(served.metrics_text)
     text = server.log_text()
     facts = parse_startup_log(text)
     resolved = RESOLVED_ARCH_RE.search(text)
@@ -139,10 +115,10 @@ def _serve_and_collect(arch: str, tmp_path_factory: pytest.TempPathFactory) -> d
         kv_cache_memory_bytes=int(info["kv_cache_memory_bytes"]),
         num_blocks=int(info["num_gpu_blocks"]),
         metrics=info,
-        usage=usage,
+        usage=served.usage,
         max_num_batched_tokens=mnbt,
         max_num_seqs=MAX_NUM_SEQS,
-        seconds=round(time.monotonic() - t0, 1),
+        seconds=round(served.seconds, 1),
         startup_seconds=round(server.startup_seconds, 1),
     )
     return facts

@@ -49,8 +49,6 @@ from __future__ import annotations
 import functools
 import json
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -64,7 +62,7 @@ from servefit.core.weights import count_params
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import vllm_server as helper
-from test_planner_vs_vllm import GIB, cache_config_info, parse_startup_log
+from test_planner_vs_vllm import GIB, cache_config_labels, parse_startup_log
 
 pytestmark = pytest.mark.integration
 
@@ -82,33 +80,10 @@ def _serve(arch: str, extra: list[str], tmp_path_factory: pytest.TempPathFactory
         "--max-num-seqs",
         str(MAX_NUM_SEQS),
     ]
-    work_dir = tmp_path_factory.mktemp(f"vllm-{arch}")
-    t0 = time.monotonic()
-    server = helper.start(
-        helper.free_port(),
-        work_dir,
-        python=python,
-        arch=arch,
-        extra_args=extra,
-        extra_env=helper.CONCURRENT_ENV,
+    served = helper.serve_once(
+        tmp_path_factory.mktemp(f"vllm-{arch}"), python=python, arch=arch, extra_args=extra
     )
-    try:
-        info = cache_config_info(server.base_url)
-        body = {
-            "model": server.served_model_name,
-            "prompt": "the quick brown fox jumps over the lazy dog " * 20,
-            "max_tokens": 4,
-            "ignore_eos": True,
-        }
-        request = urllib.request.Request(
-            f"{server.base_url}/v1/completions",
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=120) as response:
-            usage = json.load(response)["usage"]
-    finally:
-        helper.stop_server(server.process)
+    server, info = served.server, cache_config_labels(served.metrics_text)
     facts = parse_startup_log(server.log_text())
     facts.update(
         arch=arch,
@@ -117,8 +92,8 @@ def _serve(arch: str, extra: list[str], tmp_path_factory: pytest.TempPathFactory
         block_size=int(info["block_size"]),
         num_blocks=int(info["num_gpu_blocks"]),
         metrics=info,
-        usage=usage,
-        seconds=round(time.monotonic() - t0, 1),
+        usage=served.usage,
+        seconds=round(served.seconds, 1),
     )
     return facts
 

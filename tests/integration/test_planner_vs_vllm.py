@@ -77,7 +77,11 @@ def parse_startup_log(text: str) -> dict:
 def cache_config_info(base_url: str) -> dict[str, str]:
     """The labels of ``vllm:cache_config_info`` from the server's Prometheus endpoint."""
     with urllib.request.urlopen(f"{base_url}/metrics", timeout=10) as response:
-        text = response.read().decode()
+        return cache_config_labels(response.read().decode())
+
+
+def cache_config_labels(text: str) -> dict[str, str]:
+    """The labels of ``vllm:cache_config_info`` in a ``/metrics`` text."""
     for line in text.splitlines():
         if line.startswith("vllm:cache_config_info{"):
             return dict(METRIC_LABEL_RE.findall(line))

@@ -316,6 +316,57 @@ def wait_ready(pending: Launched, *, timeout_s: float = STARTUP_TIMEOUT_S) -> Vl
     return server
 
 
+@dataclass
+class Served:
+    """What one start-query-stop run of :func:`serve_once` saw."""
+
+    server: VllmServer  # stopped; its log stays
+    metrics_text: str  # /metrics as the server answered before its one request
+    usage: dict  # the request's usage block
+    seconds: float  # from the launch to the stop
+
+
+def serve_once(
+    work_dir: Path,
+    *,
+    python: Path = VLLM_PYTHON,
+    arch: str = "llama",
+    extra_args: Sequence[str] = (),
+) -> Served:
+    """Start the ``arch`` server (unbound, so it may run beside another), read its
+    ``/metrics``, send one 4-token completion of a 180-token prompt, stop it."""
+    t0 = time.monotonic()
+    server = start(
+        free_port(),
+        work_dir,
+        python=python,
+        arch=arch,
+        extra_args=extra_args,
+        extra_env=CONCURRENT_ENV,
+    )
+    try:
+        with urllib.request.urlopen(f"{server.base_url}/metrics", timeout=10) as response:
+            metrics_text = response.read().decode()
+        body = {
+            "model": server.served_model_name,
+            "prompt": "the quick brown fox jumps over the lazy dog " * 20,
+            "max_tokens": 4,
+            "ignore_eos": True,
+        }
+        request = urllib.request.Request(
+            f"{server.base_url}/v1/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=120) as response:
+            usage = json.load(response)["usage"]
+    finally:
+        stop_server(server.process)
+    return Served(
+        server=server, metrics_text=metrics_text, usage=usage, seconds=time.monotonic() - t0
+    )
+
+
 def run_concurrently(
     jobs: dict[str, Callable[[], T]], workers: int = CONCURRENT_STARTS
 ) -> dict[str, T | BaseException]:
