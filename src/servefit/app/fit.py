@@ -42,7 +42,9 @@ class FitRow:
     largest_context_tokens: int  # the longest request the KV cache holds
     max_concurrency: float  # requests of context_tokens held at once
     weights_bytes_per_gpu: int
-    decode_tok_per_s: float | None  # one request alone at DECODE_CONTEXT_TOKENS
+    # one request alone at DECODE_CONTEXT_TOKENS: vLLM's roofline step; None for llama.cpp
+    # and MLX, whose speed models run the simulation (plan's performance section)
+    decode_tok_per_s: float | None
     problem: str  # why it does not fit ("" when it does)
     argv: tuple[str, ...]  # the `servefit plan` flags that give this row
 

@@ -401,7 +401,8 @@ def render_fit(outcome: Any, rows: Sequence[Any], console: Console) -> None:
     console.print(table)
     console.print(
         "[dim]longest: the longest request the KV cache holds; at once: requests of the "
-        "context held together; tok/s: one request decoding at 1,024 tokens of context. "
+        "context held together; tok/s: one request decoding at 1,024 tokens of context "
+        "(vLLM rows; `plan`'s performance section for llama.cpp and MLX). "
         "Each row is `servefit plan MODEL --max-model-len CONTEXT` (with its weights' flag).[/]"
     )
     if outcome.skipped:
