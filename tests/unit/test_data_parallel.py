@@ -141,6 +141,14 @@ def test_the_share_of_the_load_and_the_figures_of_all_ranks():
     rate = fixed_workload(1024, 256, concurrency=None, request_rate_per_s=8.0)
     assert rank_workload(rate, 4).request_rate_per_s == 2.0 and ranks_factor(rate, 4) == 4.0
     assert rank_workload(w, 1) is w
+    assert ranks_factor(w, 1) == 1.0
+    # fewer requests in flight than ranks: one each on the busiest (3 on 4 ranks)
+    assert rank_workload(fixed_workload(1024, 256, concurrency=3), 4).concurrency == 1
+    # a fixed count of requests spreads too, rounded up: 100 on 8 -> 13, 3 on 8 -> 1
+    counted = replace(w, num_requests=100)
+    assert rank_workload(counted, 8).num_requests == 13
+    assert rank_workload(replace(w, num_requests=3), 8).num_requests == 1
+    assert rank_workload(w, 8).num_requests is None  # none asked, none set
 
 
 def test_all_ranks_multiplies_counts_and_throughputs_not_latencies():
@@ -155,12 +163,15 @@ def test_all_ranks_multiplies_counts_and_throughputs_not_latencies():
             "num_requests": 10,
             "num_preemptions": 1,
             "num_input_tokens": 100,
-            "num_cached_tokens": 0,
+            "num_cached_tokens": 20,
             "num_output_tokens": 50,
             "num_sessions": 10,
             "turns": 1,
             "max_batch": 2,
-            "goodput_per_s": None,
+            "total_throughput_tok_per_s": 3.0,
+            "request_throughput_per_s": 7.0,
+            "goodput_per_s": 11.0,
+            "session_throughput_per_s": 17.0,
             "time_by_bound_s": {},
             "by_turn": (),
             "ttft_s": "ttft",
@@ -170,10 +181,25 @@ def test_all_ranks_multiplies_counts_and_throughputs_not_latencies():
             "bound": "memory",
         }
     )
+    # 10 requests on 8 ranks: 2 on the busiest, five such ranks' worth (f = 5)
     whole = all_ranks(load, fixed_workload(1024, 256, concurrency=10), 8)
-    assert whole.concurrency == 10 and whole.num_requests == 50
-    assert whole.output_throughput_tok_per_s == 5.0 and whole.num_output_tokens == 250
+    assert whole.concurrency == 10 and whole.request_rate_per_s is None
+    assert whole.num_requests == 50 and whole.num_output_tokens == 250
+    assert whole.output_throughput_tok_per_s == 5.0
+    assert whole.total_throughput_tok_per_s == 15.0
+    assert whole.request_throughput_per_s == 35.0
+    assert whole.goodput_per_s == 55.0
+    assert whole.session_throughput_per_s == 85.0
+    assert (whole.num_preemptions, whole.num_input_tokens, whole.num_cached_tokens) == (5, 500, 100)
+    assert whole.num_sessions == 50
     assert (whole.ttft_s, whole.tpot_s, whole.busy_s, whole.mean_batch) == ("ttft", "tpot", 1, 1)
+    # an open loop: 8 requests a second over 4 ranks, f = 4; no SLO, no goodput
+    rate = fixed_workload(1024, 256, concurrency=None, request_rate_per_s=8.0)
+    open_loop = all_ranks(replace(load, goodput_per_s=None), rate, 4)
+    assert open_loop.request_rate_per_s == 8.0 and open_loop.concurrency is None
+    assert open_loop.goodput_per_s is None and open_loop.num_requests == 40
+    # one rank is the deployment
+    assert all_ranks(load, fixed_workload(1024, 256, concurrency=2), 1) is load
 
 
 def test_v0_releases_are_refused_naming_the_flag():
