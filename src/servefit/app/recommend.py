@@ -54,16 +54,24 @@ def _candidates(d: Deployment, plan: CapacityPlan) -> list[tuple[ServeSettings, 
     """Each candidate's settings, and whether its context may be shortened: on each GPU
     count, every budget and KV option at full context first, then with a shorter one."""
     options = _options(d, plan)
-    by_tp: dict[int, list[ServeSettings]] = {}
+    by_gpus: dict[int, list[ServeSettings]] = {}
     for option in options:
-        by_tp.setdefault(option.tensor_parallel_size, []).append(option)
-    return [(o, shorten) for group in by_tp.values() for shorten in (False, True) for o in group]
+        gpus = option.tensor_parallel_size * option.pipeline_parallel_size
+        by_gpus.setdefault(gpus, []).append(option)
+    return [(o, shorten) for group in by_gpus.values() for shorten in (False, True) for o in group]
+
+
+def _splits_by_layers(plan: CapacityPlan) -> bool:
+    """llama.cpp spreads a model over more GPUs by layers (-pp), never by TP, and its KV
+    cache has no fp8 type."""
+    return plan.engine == "llama.cpp"
 
 
 def _options(d: Deployment, plan: CapacityPlan) -> list[ServeSettings]:
     s = d.settings
+    by_layers = _splits_by_layers(plan)
     kv_options = [s.kv_cache_dtype]
-    if s.kv_cache_dtype == "auto" and plan.model.dtype in ("bfloat16", "float16"):
+    if s.kv_cache_dtype == "auto" and plan.model.dtype in ("bfloat16", "float16") and not by_layers:
         kv_options.append("fp8")
     utilizations: list[float | None] = [s.gpu_memory_utilization]
     budget = plan.settings.gpu_memory_utilization  # the user's, or vLLM's default
@@ -72,6 +80,14 @@ def _options(d: Deployment, plan: CapacityPlan) -> list[ServeSettings]:
     # per GPU count: the flags as given, the larger budget, fp8 KV, both (cheapest first)
     same_gpus = [(u, kv) for kv in kv_options for u in utilizations]
     same_gpus.sort(key=lambda option: (option[1] != s.kv_cache_dtype, option[0] is not None))
+    if by_layers:
+        pps = [s.pipeline_parallel_size]
+        pps += [n for n in TP_CANDIDATES if n > s.pipeline_parallel_size]
+        return [
+            replace(s, pipeline_parallel_size=pp, kv_cache_dtype=kv, gpu_memory_utilization=u)
+            for pp in pps
+            for u, kv in same_gpus
+        ]
     tps = [s.tensor_parallel_size] + [t for t in TP_CANDIDATES if t > s.tensor_parallel_size]
     return [
         replace(s, tensor_parallel_size=tp, kv_cache_dtype=kv, gpu_memory_utilization=u)
@@ -111,7 +127,7 @@ def _settle(
             changed = replace(changed, max_model_len=min(top, _round_up(needed)))
         elif (
             may_shorten
-            and plan.max_concurrency < 1
+            and (plan.max_concurrency < 1 or _reserves_too_much(plan))
             and plan.largest_max_model_len >= max(needed, 1)
         ):
             changed = replace(changed, max_model_len=plan.largest_max_model_len)
@@ -123,6 +139,12 @@ def _settle(
         s = changed
         plan = plan_for(s)
     return s, plan
+
+
+def _reserves_too_much(plan: CapacityPlan) -> bool:
+    """An engine that reserves its KV cells at start (llama-server) holds its slots exactly,
+    so a context too long shows as the cells not fitting, not as a concurrency below 1."""
+    return plan.reserved_kv_cache_bytes is not None and not plan.starts
 
 
 def _round_up(tokens: int) -> int:
@@ -162,6 +184,16 @@ def _changes(old: CapacityPlan, new: CapacityPlan) -> tuple[Change, ...]:
                 after=str(b.tensor_parallel_size),
                 gives_up=f"{b.num_gpus} GPUs instead of {a.num_gpus}: "
                 f"{b.num_gpus / a.num_gpus:g}x the cost per hour",
+            )
+        )
+    if b.pipeline_parallel_size != a.pipeline_parallel_size:
+        out.append(
+            Change(
+                flag="--pipeline-parallel-size",
+                before=str(a.pipeline_parallel_size),
+                after=str(b.pipeline_parallel_size),
+                gives_up=f"{b.num_gpus} GPUs instead of {a.num_gpus}, the layers split over "
+                f"them: {b.num_gpus / a.num_gpus:g}x the cost per hour",
             )
         )
     if b.gpu_memory_utilization != a.gpu_memory_utilization:

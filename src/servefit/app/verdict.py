@@ -88,7 +88,19 @@ def judge(plan: CapacityPlan, d: Deployment, kv_band: ErrorBand | None = None) -
     starts = plan.starts
     constraints: list[Constraint] = []
     loads = plan.memory.weights_bytes <= plan.memory.total_bytes
-    if plan.layout.groups and loads:
+    reserved = plan.reserved_kv_cache_bytes
+    if reserved and loads:  # llama-server allocates every cell at start
+        constraints.append(
+            Constraint(
+                what=(
+                    f"the {r.max_num_seqs * r.max_model_len:,} KV cells -c reserves at start "
+                    f"({plan.engine_label}'s start check)"
+                ),
+                held=max(plan.memory.kv_cache_bytes, 0) / reserved,
+                needed=1,
+            )
+        )
+    elif plan.layout.groups and loads:
         constraints.append(
             Constraint(
                 what=(
@@ -180,7 +192,12 @@ def judge(plan: CapacityPlan, d: Deployment, kv_band: ErrorBand | None = None) -
                 f"target: {t.concurrency} requests of {t.context_tokens:,} tokens at once "
                 f"(the KV cache holds {plan.concurrency_at_context:,.1f})"
             )
-    margin = tightest_margin(constraints, plan.memory.kv_cache_bytes, plan.kv_cache_tokens, kv_band)
+    # the tokens the KV memory holds: vLLM's cache size, or for an engine that reserves its
+    # cells up front, those cells scaled to the memory left for them
+    capacity_tokens = plan.kv_cache_tokens
+    if reserved:
+        capacity_tokens = int(capacity_tokens * max(plan.memory.kv_cache_bytes, 0) / reserved)
+    margin = tightest_margin(constraints, plan.memory.kv_cache_bytes, capacity_tokens, kv_band)
     # a plan that does not fit is at the edge only when its reasons are its capacity
     # comparisons falling short (not a hard rule such as a context beyond max-model-len)
     short = sum(1 for c in constraints if c.held < c.needed)

@@ -97,6 +97,9 @@ class ServeSettings:
     # it on by itself only past 32K tokens and otherwise batches whole prompts (engine_v0.py);
     # V1 always chunks, so V1 plans do not read it
     enable_chunked_prefill: bool | None = None
+    # llama.cpp's --tensor-split (-ts): each GPU's share of the layers, one a pipeline stage
+    # (llama.cpp's layer split); None = equal shares. Only llama.cpp takes it
+    tensor_split: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         checks = {
@@ -219,6 +222,10 @@ class CapacityPlan:
     engine_label: str = "vLLM"
     memory_label: str = "visible to CUDA"  # what memory.total_bytes is
     budget_label: str = "gpu_memory_utilization"  # what memory.gpu_memory_utilization is
+    # an engine that reserves every KV cell at start (llama-server's -c): the bytes those
+    # cells take on the limiting GPU, which must fit in memory.kv_cache_bytes; None for
+    # engines that size their cache from the memory left (vLLM)
+    reserved_kv_cache_bytes: int | None = None
 
     @property
     def fits(self) -> bool:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from servefit.core.engines import llama_cpp_split as split
 from servefit.core.engines import unified_memory as um
 from servefit.core.hardware import GpuSpec
 from servefit.core.kv_cache import (
@@ -43,6 +44,8 @@ ALL_LAYERS = "99"  # -ngl 99: offload every layer to the GPU (more than any mode
 # -ctk/-ctv values servefit can size (default f16); q8_0/q4_0 block formats are not modelled
 KV_TYPES = {"auto": "float16", "f16": "float16", "bf16": "bfloat16", "f32": "float32"}
 LABEL = "llama.cpp"
+# llama-server --device names by backend (its --list-devices): CUDA0, ROCm0, ...
+DEVICE_PREFIX = {"nvidia": "CUDA", "amd": "ROCm"}
 _STARTUP = "llama-server would not start: "
 
 
@@ -98,7 +101,7 @@ class LlamaCppEngine:
         layout = stage_layout(spec, None, cache)
         r = ResolvedSettings(
             tensor_parallel_size=1,
-            pipeline_parallel_size=1,
+            pipeline_parallel_size=settings.pipeline_parallel_size,  # GPUs, split by layers
             max_model_len=slot_len,
             max_num_seqs=slots,
             max_num_batched_tokens=settings.max_num_batched_tokens or BATCH_TOKENS,
@@ -112,27 +115,24 @@ class LlamaCppEngine:
             context_tokens=settings.context_tokens or slot_len,
         )
         weights = weight_bytes(spec, tp=1, pp=1)
-        compute = activation_peak_bytes(
-            spec,
-            range(spec.num_layers),
-            tp=1,
-            max_num_batched_tokens=UBATCH_TOKENS,
-            max_num_seqs=slots,
-            is_last_stage=True,
+        where = split.placement(
+            spec.num_layers,
+            settings.pipeline_parallel_size,
+            tensor_split=settings.tensor_split,
         )
-        memory = um.budget(
-            total_bytes=total,
-            fraction=fraction,
-            weights_bytes=int(weights.per_stage_bytes[0]),
-            activation_peak_bytes=compute,
-        )
+        on_device = split.device_weights(spec, where)
         mnbt = r.max_num_batched_tokens
+        devices = [
+            _device_fit(spec, cache, where, on_device, d, total, fraction, slots, slot_len, mnbt)
+            for d in range(where.num_devices)
+        ]
+        binding = min(devices, key=lambda f: (f.fit_len, f.device))
+        memory = binding.memory
         per_slot = blocks_per_request(layout, slot_len, mnbt) if layout.groups else 0
         blocks = slots * per_slot  # allocated at start, whatever the traffic
-        kv_bytes = blocks * layout.bytes_per_block
-        starts = memory.kv_cache_bytes > 0 and kv_bytes <= memory.kv_cache_bytes
-        fit_blocks = max(memory.kv_cache_bytes, 0) // layout.bytes_per_block if layout.groups else 0
-        fit_len = _largest_slot(layout, int(fit_blocks) // slots, mnbt) if layout.groups else 0
+        kv_bytes = binding.kv_bytes
+        starts = all(f.starts for f in devices)
+        fit_len = binding.fit_len if binding.fit_len < _UNBOUNDED else slot_len
         holds_context = r.context_tokens <= slot_len
         at_context = float(slots) if holds_context else 0.0
         kv_per_token, state_per_seq = um.per_token_sizes(spec, cache)
@@ -140,7 +140,8 @@ class LlamaCppEngine:
             g.num_layers * g.spec.bytes_per_request(r.context_tokens, mnbt) for g in layout.groups
         )
 
-        problems, warnings = _verdict(spec, r, memory, kv_bytes, starts, fit_len)
+        on_gpu = f" on GPU {binding.device}" if where.num_devices > 1 else ""
+        problems, warnings = _verdict(spec, r, memory, kv_bytes, starts, fit_len, on_gpu)
         meets = starts and not problems
         return CapacityPlan(
             model=spec,
@@ -165,11 +166,13 @@ class LlamaCppEngine:
             meets_target=meets,
             problems=problems,
             warnings=warnings,
-            assumptions=_assumptions(spec, r, memory, is_apple, default_fraction),
+            assumptions=_assumptions(spec, r, memory, is_apple, default_fraction)
+            + _split_assumptions(where, on_device),
             engine=self.name,
             engine_label=LABEL,
             memory_label="unified memory" if is_apple else "visible to the GPU backend",
             budget_label="GPU wired-memory share" if is_apple else "share used",
+            reserved_kv_cache_bytes=kv_bytes,
         )
 
     def launch_args(self, model_id: str, plan: CapacityPlan, asked: ServeSettings) -> list[str]:
@@ -186,6 +189,12 @@ class LlamaCppEngine:
         args = ["llama-server", *source]
         args += ["-c", str(r.max_num_seqs * r.max_model_len), "-np", str(r.max_num_seqs)]
         args += ["-ngl", ALL_LAYERS]
+        if r.pipeline_parallel_size > 1 and plan.gpu.vendor in DEVICE_PREFIX:
+            prefix = DEVICE_PREFIX[plan.gpu.vendor]
+            devices = ",".join(f"{prefix}{i}" for i in range(r.pipeline_parallel_size))
+            args += ["-dev", devices]  # the GPUs planned, whatever else the machine has
+        if asked.tensor_split is not None:
+            args += ["-ts", ",".join(f"{x:g}" for x in asked.tensor_split)]
         kv_type = r.kv_cache_dtype.lower()
         if kv_type not in ("auto", "f16"):
             args += ["-ctk", kv_type, "-ctv", kv_type]
@@ -196,11 +205,83 @@ class LlamaCppEngine:
         return args
 
 
+_UNBOUNDED = 1 << 62  # a device without KV layers limits no slot
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _DeviceFit:
+    """One GPU under llama.cpp's layer split: its memory, the KV its layers reserve, and
+    the longest slot its memory holds."""
+
+    device: int
+    memory: MemoryBreakdown
+    kv_bytes: int
+    fit_len: int
+
+    @property
+    def starts(self) -> bool:
+        return self.memory.kv_cache_bytes >= self.kv_bytes
+
+
+def _device_fit(
+    spec: ModelSpec,
+    cache: CacheSettings,
+    where: split.Placement,
+    on_device: split.DeviceWeights,
+    device: int,
+    total: int,
+    fraction: float,
+    slots: int,
+    slot_len: int,
+    mnbt: int,
+) -> _DeviceFit:
+    """GPU ``device``'s weights, compute buffer and the KV cells of its layers."""
+    layers = where.device_layers(device)
+    holds_output = where.output_device == device
+    compute = (
+        activation_peak_bytes(
+            spec,
+            layers,
+            tp=1,
+            max_num_batched_tokens=UBATCH_TOKENS,
+            max_num_seqs=slots,
+            is_last_stage=holds_output,
+        )
+        if layers or holds_output
+        else 0
+    )
+    memory = um.budget(
+        total_bytes=total,
+        fraction=fraction,
+        weights_bytes=int(on_device.device_bytes[device]),
+        activation_peak_bytes=compute,
+    )
+    layout = stage_layout(spec, layers, cache) if layers else None
+    if layout is None or not layout.groups:
+        fit_len = _UNBOUNDED if memory.kv_cache_bytes >= 0 else 0
+        return _DeviceFit(device=device, memory=memory, kv_bytes=0, fit_len=fit_len)
+    kv_bytes = slots * blocks_per_request(layout, slot_len, mnbt) * layout.bytes_per_block
+    fit_blocks = max(memory.kv_cache_bytes, 0) // layout.bytes_per_block
+    fit_len = _largest_slot(layout, int(fit_blocks) // slots, mnbt)
+    return _DeviceFit(device=device, memory=memory, kv_bytes=kv_bytes, fit_len=fit_len)
+
+
 def _check_flags(s: ServeSettings) -> str:
     """The KV dtype to size; vLLM flags llama-server has no counterpart for are refused."""
+    if s.tensor_parallel_size != 1:
+        raise InvalidArgumentError(
+            f"--tensor-parallel-size {s.tensor_parallel_size}: llama.cpp splits a model over "
+            "GPUs by layers (its default --split-mode layer), not by tensor parallelism; plan "
+            f"{s.tensor_parallel_size} GPUs with --pipeline-parallel-size "
+            f"{s.tensor_parallel_size} (and --tensor-split for unequal shares)"
+        )
+    if s.tensor_split is not None and len(s.tensor_split) != s.pipeline_parallel_size:
+        raise InvalidArgumentError(
+            f"--tensor-split has {len(s.tensor_split)} values for "
+            f"--pipeline-parallel-size {s.pipeline_parallel_size}: give one share per GPU"
+        )
     unsupported = {
-        "--tensor-parallel-size": s.tensor_parallel_size != 1,
-        "--pipeline-parallel-size": s.pipeline_parallel_size != 1,
+        "--data-parallel-size": s.data_parallel_size != 1,
         "--quantization": s.quantization is not None,
         "--kv-cache-memory-bytes": s.kv_cache_memory_bytes is not None,
         "--block-size": s.block_size is not None,
@@ -209,8 +290,8 @@ def _check_flags(s: ServeSettings) -> str:
     named = [flag for flag, is_set in unsupported.items() if is_set]
     if named:
         raise InvalidArgumentError(
-            f"{', '.join(named)}: llama-server has no such setting (one device, the GGUF file's "
-            "own weights). Drop the flag"
+            f"{', '.join(named)}: llama-server has no such setting (the GGUF file's own "
+            "weights, layers split over the GPUs). Drop the flag"
         )
     kv = KV_TYPES.get(s.kv_cache_dtype.lower())
     if kv is None:
@@ -237,6 +318,7 @@ def _verdict(
     kv_bytes: int,
     starts: bool,
     fit_len: int,
+    on_gpu: str = "",
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     problems: list[str] = []
     warnings: list[str] = []
@@ -245,7 +327,7 @@ def _verdict(
         left = max(memory.kv_cache_bytes, 0)
         problems.append(
             f"{_STARTUP}-c {slots * slot_len:,} -np {slots} reserves {um.gib(kv_bytes)} of "
-            f"{r.kv_cache_dtype if r.kv_cache_dtype != 'auto' else 'f16'} KV cache but "
+            f"{r.kv_cache_dtype if r.kv_cache_dtype != 'auto' else 'f16'} KV cache{on_gpu} but "
             f"{um.gib(left)} is left of {um.gib(memory.requested_bytes)} after the weights "
             f"({um.gib(memory.weights_bytes)}) and compute buffers"
         )
@@ -304,4 +386,28 @@ def _assumptions(
             "recurrent / linear-attention state is counted with vLLM's page grouping; "
             "llama.cpp keeps one state per slot (an approximation)"
         )
+    return tuple(out)
+
+
+def _split_assumptions(where: split.Placement, on_device: split.DeviceWeights) -> tuple[str, ...]:
+    """Where llama.cpp puts the layers (several GPUs) and what stays in host memory."""
+    out = []
+    if where.num_devices > 1:
+        parts = []
+        for d in range(where.num_devices):
+            layers = where.device_layers(d)
+            held = f"layers {layers.start}-{layers.stop - 1}" if layers else "no layers"
+            if where.output_device == d:
+                held += " and the output layer"
+            parts.append(f"GPU {d}: {held} ({um.gib(on_device.device_bytes[d])})")
+        out.append(
+            f"layers split over {where.num_devices} GPUs as llama.cpp's --split-mode layer "
+            "assigns them (src/llama-model.cpp), by --tensor-split or equal shares (free "
+            f"memory of identical, empty GPUs): {'; '.join(parts)}; the memory shown is the "
+            "GPU that binds first"
+        )
+    out.append(
+        f"the token embedding stays in host memory ({um.gib(on_device.host_bytes)}), as "
+        "llama.cpp keeps the input layer on the CPU"
+    )
     return tuple(out)
