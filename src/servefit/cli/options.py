@@ -11,6 +11,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from servefit.cli.engine_options import apply_sglang_flags, engine_options
 from servefit.cli.types import FINITE_FLOAT, HUMAN_INT
 
 ENGINES = ("vllm", "sglang", "trtllm", "llama.cpp", "mlx")
@@ -280,18 +281,10 @@ def scaling_options(num_gpus_help: str) -> Decorator:
     )
 
 
-GGUF_OPTION = click.option(
-    "--gguf",
-    metavar="TYPE",
-    help="Plan the checkpoint as a GGUF file of this llama.cpp type (Q4_K_M, Q8_0, Q6_K, "
-    "F16, ...): llama.cpp's engine by default.",
-)
-
-
 def deployment_options(command: Any) -> Any:
     """Everything that describes a deployment: the model's source, the hardware, vLLM's
     flags, the workload and the capacity target."""
-    command = GGUF_OPTION(command)
+    command = engine_options(command)
     for group in (
         target_options,
         workload_options,
@@ -326,6 +319,7 @@ def build_deployment(model: str, flags: dict[str, Any], **extra: Any) -> Any:
         calibration_path=flags.pop("calibration", None),
     )
     settings = pop_serve_settings(flags)
+    settings, engine = apply_sglang_flags(flags, settings, flags.pop("engine", None))
     workload = default_workload(
         input_len=flags.pop("input_len", 1024),
         output_len=flags.pop("output_len", 256),
@@ -360,7 +354,7 @@ def build_deployment(model: str, flags: dict[str, Any], **extra: Any) -> Any:
             else None
         ),
         slo=slo,
-        engine=flags.pop("engine", None),
+        engine=engine,
         gguf=flags.pop("gguf", None),
         revision=flags.pop("revision", None),
         allow_hub=not flags.pop("offline", False),
@@ -401,6 +395,7 @@ def pop_serve_settings(flags: dict[str, Any]) -> Any:
         vllm_version=version,
         speculative=speculative,
         enable_expert_parallel=flags.pop("enable_expert_parallel", False),
+        tensor_split=flags.pop("tensor_split", None),
         lora=_lora_settings(
             flags.pop("enable_lora", False),
             flags.pop("max_loras", None),

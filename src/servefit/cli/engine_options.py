@@ -1,0 +1,105 @@
+"""The options of engines other than vLLM, in their own spellings: a GGUF type to plan a
+checkpoint as (llama.cpp), llama.cpp's ``--tensor-split``, and SGLang's names for the
+settings servefit plans (``--mem-fraction-static``, ``--context-length``, ``--tp-size``,
+``--max-running-requests``, ``--chunked-prefill-size``), so a ``sglang.launch_server`` line
+is typed as SGLang takes it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import click
+
+from servefit.cli.types import FINITE_FLOAT, HUMAN_INT
+from servefit.errors import InvalidArgumentError
+
+GGUF_OPTION = click.option(
+    "--gguf",
+    metavar="TYPE",
+    help="Plan the checkpoint as a GGUF file of this llama.cpp type (Q4_K_M, Q8_0, Q6_K, "
+    "F16, ...): llama.cpp's engine by default.",
+)
+
+
+def _tensor_split(ctx: Any, param: Any, value: str | None) -> tuple[float, ...] | None:
+    """``--tensor-split 3,1``: llama.cpp's ``-ts`` shares, one a GPU."""
+    if value is None:
+        return None
+    try:
+        shares = tuple(float(x) for x in value.replace("/", ",").split(","))
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r}: give one number a GPU, comma-separated (3,1)"
+        ) from None
+    if any(not x >= 0 or x == float("inf") for x in shares) or not any(shares):
+        raise click.BadParameter(f"{value!r}: shares are finite, >= 0, and not all 0")
+    return shares
+
+
+TENSOR_SPLIT_OPTION = click.option(
+    "--tensor-split",
+    "-ts",
+    metavar="A,B,...",
+    callback=_tensor_split,
+    help="llama.cpp: each GPU's share of the layers (its -ts), one value a GPU of "
+    "--pipeline-parallel-size; default: equal shares (llama.cpp splits by free memory).",
+)
+
+
+# SGLang's flag -> (the ServeSettings field it sets, vLLM's flag for the same setting);
+# docs.sglang.io "Server Arguments". SGLang's --mem-fraction-static is its own share (weights
+# and pool of the memory free before loading), which the SGLang engine reads from the field
+SGLANG_FLAGS = {
+    "mem_fraction_static": ("gpu_memory_utilization", "--gpu-memory-utilization"),
+    "context_length": ("max_model_len", "--max-model-len"),
+    "tp_size": ("tensor_parallel_size", "--tensor-parallel-size"),
+    "max_running_requests": ("max_num_seqs", "--max-num-seqs"),
+    "chunked_prefill_size": ("max_num_batched_tokens", "--max-num-batched-tokens"),
+}
+SGLANG_OPTIONS = (
+    click.option(
+        "--mem-fraction-static",
+        type=FINITE_FLOAT,
+        help="SGLang: the share of memory for weights and the KV pool (its default by GPU).",
+    ),
+    click.option("--context-length", type=HUMAN_INT, help="SGLang: the longest request."),
+    click.option("--tp-size", "--tp", "tp_size", type=int, help="SGLang: tensor parallelism."),
+    click.option("--max-running-requests", type=int, help="SGLang: requests running at once."),
+    click.option("--chunked-prefill-size", type=HUMAN_INT, help="SGLang: prefill tokens per step."),
+)
+
+
+def engine_options(command: Any) -> Any:
+    """Every non-vLLM engine's option, on a command that describes a deployment."""
+    for option in (GGUF_OPTION, TENSOR_SPLIT_OPTION, *SGLANG_OPTIONS):
+        command = option(command)
+    return command
+
+
+def apply_sglang_flags(flags: dict[str, Any], settings: Any, engine: str | None) -> Any:
+    """SGLang's spellings into ``settings`` (and the engine: SGLang when none is named).
+    Given beside vLLM's own flag for the same setting, or with another engine, they are a
+    usage error that names both."""
+    given = {k: flags.pop(k) for k in SGLANG_FLAGS if flags.get(k) is not None}
+    for k in SGLANG_FLAGS:
+        flags.pop(k, None)
+    if not given:
+        return settings, engine
+    spelled = ", ".join("--" + k.replace("_", "-") for k in given)
+    if engine is not None and engine.strip().lower() != "sglang":
+        raise InvalidArgumentError(
+            f"{spelled}: SGLang's flags; --engine {engine} takes vLLM's names instead"
+        )
+    defaults = type(settings)()
+    changes = {}
+    for key, value in given.items():
+        field, vllm_flag = SGLANG_FLAGS[key]
+        current = getattr(settings, field)
+        if current != getattr(defaults, field) and current != value:
+            raise InvalidArgumentError(
+                f"--{key.replace('_', '-')} {value} and {vllm_flag} {current} set the same "
+                "setting: give one"
+            )
+        changes[field] = value
+    return replace(settings, **changes), "sglang"

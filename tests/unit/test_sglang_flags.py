@@ -1,0 +1,76 @@
+"""SGLang's own spellings (issue 32): a ``sglang.launch_server`` line's flags plan the same
+deployment as vLLM's names with ``--engine sglang``, imply SGLang, and are refused beside a
+different value of the same setting or another engine (exit 2)."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from servefit.cli.main import cli
+
+
+def _plan(*args):
+    result = CliRunner().invoke(
+        cli, ["plan", "Qwen/Qwen3-8B", "--gpu", "H100", "--offline", "--json", *args]
+    )
+    return result.exit_code, result.output
+
+
+def test_sglangs_spellings_plan_what_vllms_names_plan_under_sglang():
+    code, ours = _plan(
+        "--tp",
+        "2",
+        "--mem-fraction-static",
+        "0.8",
+        "--context-length",
+        "32768",
+        "--max-running-requests",
+        "64",
+        "--chunked-prefill-size",
+        "4096",
+    )
+    assert code == 0
+    code, theirs = _plan(
+        "--engine",
+        "sglang",
+        "-tp",
+        "2",
+        "--gpu-memory-utilization",
+        "0.8",
+        "--max-model-len",
+        "32768",
+        "--max-num-seqs",
+        "64",
+        "--max-num-batched-tokens",
+        "4096",
+    )
+    assert code == 0
+    a, b = json.loads(ours), json.loads(theirs)
+    assert a["memory"] == b["memory"] and a["settings"] == b["settings"]
+    assert a["vllm_command"] == (
+        "python -m sglang.launch_server --model-path Qwen/Qwen3-8B --tp-size 2 "
+        "--context-length 32768 --mem-fraction-static 0.8 --max-running-requests 64 "
+        "--chunked-prefill-size 4096"
+    )
+
+
+def test_the_same_setting_twice_or_another_engine_is_a_usage_error():
+    code, out = _plan("--tp-size", "2", "-tp", "4")
+    assert code == 2 and "--tp-size 2 and --tensor-parallel-size 4" in out
+    code, out = _plan("--context-length", "8192", "--engine", "vllm")
+    assert code == 2 and "--context-length: SGLang's flags" in out
+    # the same value in both spellings is one setting, not a conflict
+    code, _ = _plan("--tp", "2", "-tp", "2")
+    assert code == 0
+
+
+def test_an_sglang_plan_names_no_vllm_release():
+    result = CliRunner().invoke(
+        cli, ["plan", "Qwen/Qwen3-8B", "--gpu", "H100", "--offline", "--context-length", "8k"]
+    )
+    assert result.exit_code == 0
+    first = result.output.splitlines()[0]
+    assert first.endswith("under SGLang"), first
+    assert "predicted: SGLang's" in result.output
