@@ -16,9 +16,8 @@ from dataclasses import dataclass, replace
 
 from servefit.app.deployment import Deployment, Hardware
 from servefit.app.fleet_search import has_fp8
-from servefit.app.plan import capacity_for, prediction_bands
+from servefit.app.plan import judged
 from servefit.app.resolve import Resolved, resolve, resolve_gpu
-from servefit.app.verdict import judge
 from servefit.core.op_cost import decode_step
 from servefit.core.ops import model_coeffs
 from servefit.core.roofline import step_time
@@ -126,8 +125,8 @@ def planned_at(resolved: Resolved, d: Deployment, wanted: int) -> Deployment:
 def _row(
     model_id: str, flags: tuple[str, ...], planned: Deployment, resolved: Resolved
 ) -> FitRow | None:
-    """One row: the plan's own capacity and verdict (``plan_deployment`` without its
-    recommendation, which a ranking does not need)."""
+    """One row: the plan's own capacity and verdict (``plan_deployment`` without the
+    suggestions and recommendation a ranking does not need)."""
     spec, gpu = resolved.loaded.spec, resolved.gpu
     if flags[:1] == ("--quantization",) and (spec.quant.is_quantized or not has_fp8(gpu)):
         return None  # fp8 only where it is a choice the GPU computes
@@ -136,9 +135,7 @@ def _row(
     else:
         label = "fp8 on load" if flags[0] == "--quantization" else f"GGUF {flags[1]}"
     context = planned.settings.max_model_len or 0
-    plan = capacity_for(resolved, planned.engine_settings())
-    bands = prediction_bands(resolved, plan, planned)
-    verdict = judge(plan, planned, bands.kv_cache_tokens)
+    plan, _, verdict = judged(resolved, planned, with_suggestions=False)
     speed = None
     if verdict.fits and resolved.engine.name in ("vllm", "vllm-cpu"):
         m = model_coeffs(plan.model, kv_cache_dtype=plan.settings.kv_cache_dtype)

@@ -50,9 +50,12 @@ class PlanOutcome:
         return shlex.join(self.recommendation_args) if self.recommendation_args else None
 
 
-def capacity_for(resolved: Resolved, settings: ServeSettings) -> CapacityPlan:
+def capacity_for(
+    resolved: Resolved, settings: ServeSettings, *, with_suggestions: bool = True
+) -> CapacityPlan:
     """The engine's capacity plan of these settings on the resolved model and GPU (with
-    the draft checkpoint the settings' ``--speculative-config`` names)."""
+    the draft checkpoint the settings' ``--speculative-config`` names); without
+    suggestions, the plan does not re-plan other flags to say what would fit instead."""
     if settings.speculative is not None:
         if resolved.engine.name not in ("vllm", "vllm-cpu"):
             raise InvalidArgumentError(
@@ -67,7 +70,20 @@ def capacity_for(resolved: Resolved, settings: ServeSettings) -> CapacityPlan:
         resolved.gpu,
         settings,
         mamba_ssm_dtype=resolved.loaded.mamba_ssm_dtype,
+        with_suggestions=with_suggestions,
     )
+
+
+def judged(
+    resolved: Resolved, d: Deployment, *, with_suggestions: bool = True
+) -> tuple[CapacityPlan, PredictionBands, Verdict]:
+    """The capacity of ``d``, the measured error bands of its group, and its verdict (the
+    model's own limits with where they come from): what every plan of a deployment starts
+    from (``plan``, ``fit``)."""
+    plan = capacity_for(resolved, d.engine_settings(), with_suggestions=with_suggestions)
+    bands = prediction_bands(resolved, plan, d)
+    verdict = with_limit_sources(judge(plan, d, bands.kv_cache_tokens), resolved)
+    return plan, bands, verdict
 
 
 def launch_args(resolved: Resolved, plan: CapacityPlan, asked: ServeSettings) -> list[str]:
@@ -135,9 +151,7 @@ def plan_deployment(
     """Plan ``d``: capacity, verdict, performance and (when it does not fit) the one
     recommendation, re-planned and verified."""
     resolved = resolved or resolve(d)
-    plan = capacity_for(resolved, d.engine_settings())
-    bands = prediction_bands(resolved, plan, d)
-    verdict = with_limit_sources(judge(plan, d, bands.kv_cache_tokens), resolved)
+    plan, bands, verdict = judged(resolved, d)
     perf, note = (None, "not asked for (--no-performance)")
     if with_performance:
         perf, note = predict(resolved, plan, d, bands)

@@ -72,8 +72,10 @@ class ServingEngine(Protocol):
         settings: ServeSettings,
         *,
         mamba_ssm_dtype: str | None,
+        with_suggestions: bool = True,
     ) -> CapacityPlan:
-        """Capacity of ``spec`` on one replica of ``gpu`` under ``settings``."""
+        """Capacity of ``spec`` on one replica of ``gpu`` under ``settings``
+        (``with_suggestions``: work out what would fit instead, where the engine does)."""
         ...
 
     def launch_args(self, model_id: str, plan: CapacityPlan, asked: ServeSettings) -> list[str]:

@@ -77,6 +77,7 @@ class LlamaCppEngine:
         settings: ServeSettings,
         *,
         mamba_ssm_dtype: str | None = None,
+        with_suggestions: bool = True,  # no suggestions to work out: the verdict says them
     ) -> CapacityPlan:
         """Whether ``-c P x L -np P`` starts, with P and L from the target (or the flags)."""
         kv_dtype = _check_flags(settings)

@@ -77,6 +77,7 @@ class MlxEngine:
         settings: ServeSettings,
         *,
         mamba_ssm_dtype: str | None = None,
+        with_suggestions: bool = True,  # no suggestions to work out: the verdict says them
     ) -> CapacityPlan:
         """Everything `servefit plan` prints, for one model in one Mac's unified memory."""
         _check_flags(settings)

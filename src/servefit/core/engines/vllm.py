@@ -34,8 +34,11 @@ class VllmEngine:
         settings: ServeSettings,
         *,
         mamba_ssm_dtype: str | None = None,
+        with_suggestions: bool = True,
     ) -> CapacityPlan:
-        return plan_capacity(spec, gpu, settings, mamba_ssm_dtype=mamba_ssm_dtype)
+        return plan_capacity(
+            spec, gpu, settings, mamba_ssm_dtype=mamba_ssm_dtype, with_suggestions=with_suggestions
+        )
 
     def launch_args(self, model_id: str, plan: CapacityPlan, asked: ServeSettings) -> list[str]:
         return vllm_serve_args(model_id, plan, asked)

@@ -189,6 +189,7 @@ class VllmCpuEngine:
         settings: ServeSettings,
         *,
         mamba_ssm_dtype: str | None = None,
+        with_suggestions: bool = True,
     ) -> CapacityPlan:
         world = settings.tensor_parallel_size * settings.pipeline_parallel_size
         given = settings.kv_cache_memory_bytes
@@ -209,6 +210,7 @@ class VllmCpuEngine:
             cpu,
             mamba_ssm_dtype=state_dtype,
             kernel_block_size=cpu_kernel_block_size(spec),
+            with_suggestions=with_suggestions,
         )
         memory = replace(
             plan.memory,
