@@ -9,6 +9,7 @@ import json
 from click.testing import CliRunner
 
 from servefit.cli.main import cli
+from servefit.core.engines.sglang import DEFAULT_SGLANG_VERSION
 
 
 def _plan(*args):
@@ -66,11 +67,16 @@ def test_the_same_setting_twice_or_another_engine_is_a_usage_error():
     assert code == 0
 
 
-def test_an_sglang_plan_names_no_vllm_release():
-    result = CliRunner().invoke(
-        cli, ["plan", "Qwen/Qwen3-8B", "--gpu", "H100", "--offline", "--context-length", "8k"]
-    )
+def test_an_sglang_plan_names_its_sglang_release_not_vllms():
+    args = ["plan", "Qwen/Qwen3-8B", "--gpu", "H100", "--offline", "--context-length", "8k"]
+    result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0
     first = result.output.splitlines()[0]
-    assert first.endswith("under SGLang"), first
-    assert "predicted: SGLang's" in result.output
+    assert first.endswith(f"under SGLang {DEFAULT_SGLANG_VERSION}"), first
+    older = CliRunner().invoke(cli, [*args, "--sglang-version", "0.5.5"])
+    assert older.output.splitlines()[0].endswith("under SGLang 0.5.5")
+    # 0.5.5 was not read: its default is 0.5.2's rule (9.5 + 1/2 GiB kept on an 80 GB card)
+    assert "taken as 0.4.9's" in older.output.replace("\n", " ")
+    bad = CliRunner().invoke(cli, [*args, "--sglang-version", "0.2"])
+    assert bad.exit_code == 2 and "from 0.3.6 on" in bad.output
+    assert "budget (x mem_fraction_static)" in result.output

@@ -67,6 +67,11 @@ SGLANG_OPTIONS = (
     click.option("--tp-size", "--tp", "tp_size", type=int, help="SGLang: tensor parallelism."),
     click.option("--max-running-requests", type=int, help="SGLang: requests running at once."),
     click.option("--chunked-prefill-size", type=HUMAN_INT, help="SGLang: prefill tokens per step."),
+    click.option(
+        "--sglang-version",
+        metavar="RELEASE",
+        help="SGLang: the release whose defaults to plan with (0.3.6 on; default the newest).",
+    ),
 )
 
 
@@ -84,6 +89,12 @@ def apply_sglang_flags(flags: dict[str, Any], settings: Any, engine: str | None)
     given = {k: flags.pop(k) for k in SGLANG_FLAGS if flags.get(k) is not None}
     for k in SGLANG_FLAGS:
         flags.pop(k, None)
+    version = flags.pop("sglang_version", None)
+    if version is not None:
+        from servefit.core.engines.sglang import parse_sglang_version
+
+        parse_sglang_version(version)  # a bad release is a usage error now, not at planning
+        given["sglang_version"] = version
     if not given:
         return settings, engine
     spelled = ", ".join("--" + k.replace("_", "-") for k in given)
@@ -94,7 +105,7 @@ def apply_sglang_flags(flags: dict[str, Any], settings: Any, engine: str | None)
     defaults = type(settings)()
     changes = {}
     for key, value in given.items():
-        field, vllm_flag = SGLANG_FLAGS[key]
+        field, vllm_flag = SGLANG_FLAGS.get(key, (key, f"--{key.replace('_', '-')}"))
         current = getattr(settings, field)
         if current != getattr(defaults, field) and current != value:
             raise InvalidArgumentError(

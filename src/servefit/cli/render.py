@@ -94,7 +94,8 @@ def render_capacity(
     gpus = f"{r.num_gpus} x {plan.gpu.name}" if r.num_gpus > 1 else plan.gpu.name
     # vLLM names its release; other engines plan by their own rules (their assumptions
     # say which), so no vLLM release number is printed beside their name
-    under = plan.engine_label + (f" {r.vllm_version}" if plan.engine.startswith("vllm") else "")
+    version = r.vllm_version if plan.engine.startswith("vllm") else plan.engine_version
+    under = f"{plan.engine_label} {version}".rstrip()
     console.print(f"[bold]{model_id}[/] on [bold]{gpus}[/] under {under}")
     active = ""
     if p.active != p.total:
@@ -148,8 +149,6 @@ def render_capacity(
     held = "reports it at startup" if plan.engine == "vllm" else "would hold it"
     console.print(f"[bold]KV cache[/] (as {plan.engine_label} {held})")
     source = "given (--kv-cache-memory-bytes)" if m.is_kv_cache_given else "predicted"
-    if plan.engine == "sglang":  # its pool is sized by servefit, passed as a given size
-        source = "predicted: SGLang's --mem-fraction-static pool"
     if m.kv_cache_bytes > 0:
         console.print(f"  Available KV cache memory: {_gib(m.kv_cache_bytes)} ({source})")
     elif m.weights_bytes > m.total_bytes:

@@ -100,6 +100,7 @@ class ServeSettings:
     # llama.cpp's --tensor-split (-ts): each GPU's share of the layers, one a pipeline stage
     # (llama.cpp's layer split); None = equal shares. Only llama.cpp takes it
     tensor_split: tuple[float, ...] | None = None
+    sglang_version: str | None = None  # --sglang-version: whose SGLang defaults (None: newest)
 
     def __post_init__(self) -> None:
         checks = {
@@ -226,6 +227,7 @@ class CapacityPlan:
     # cells take on the limiting GPU, which must fit in memory.kv_cache_bytes; None for
     # engines that size their cache from the memory left (vLLM)
     reserved_kv_cache_bytes: int | None = None
+    engine_version: str = ""  # an engine other than vLLM: the release whose rules it follows
 
     @property
     def fits(self) -> bool:

@@ -61,13 +61,87 @@ def gpu_defaults(total_bytes: float, tp: int) -> tuple[int, int]:
     return chunk, graphs_small_tp if tp < 4 else graphs_large_tp
 
 
-def default_mem_fraction_static(total_bytes: float, tp: int, pp: int) -> float:
-    """SGLang 0.5.9's default ``--mem-fraction-static`` for this GPU and layout."""
+# The releases whose server_args.py servefit read for the default --mem-fraction-static
+# (the PyPI wheels): each rule holds from its release to the next one read. 0.5.3-0.5.8
+# were not read: they plan with 0.5.2's rule, and the plan says so.
+DEFAULT_SGLANG_VERSION = "0.5.16"
+RULE_RELEASES = ((0, 3, 6), (0, 4, 6), (0, 4, 9), (0, 5, 9))
+_BY_TP = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87))  # 0.3.6-0.4.6: tp >= n -> fraction
+
+
+def parse_sglang_version(version: str) -> tuple[int, int, int]:
+    """ "0.4.6.post1" -> (0, 4, 6); a release before the first one read is refused."""
+    from servefit.errors import InvalidArgumentError
+
+    parts = version.strip().lstrip("v").split(".")
+    try:
+        release = tuple(int(x) for x in parts[:3]) + (0,) * (3 - len(parts[:3]))
+    except ValueError:
+        raise InvalidArgumentError(
+            f"--sglang-version {version!r}: give a release such as 0.4.6 or 0.5.9"
+        ) from None
+    major, minor, patch = release[:3]
+    if (major, minor, patch) < RULE_RELEASES[0]:
+        raise InvalidArgumentError(
+            f"--sglang-version {version}: servefit mirrors SGLang from 0.3.6 on"
+        )
+    return major, minor, patch
+
+
+def rule_release(version: str) -> tuple[int, int, int]:
+    """The release whose default rule ``version`` runs (the latest one read at or before it)."""
+    v = parse_sglang_version(version)
+    return max(r for r in RULE_RELEASES if r <= v)
+
+
+def default_mem_fraction_static(
+    total_bytes: float, tp: int, pp: int, version: str = DEFAULT_SGLANG_VERSION
+) -> float:
+    """SGLang's default ``--mem-fraction-static`` for this GPU and layout, by release
+    (``ServerArgs.__post_init__`` / ``_handle_gpu_memory_settings`` in server_args.py):
+
+    - 0.3.6 to 0.4.5 by TP size alone: 0.88 on one GPU, 0.87 from TP 2, 0.85 from 4, 0.81
+      from 8 (0.82 in 0.3.x), 0.79 from 16;
+    - 0.4.6 the same up to 80 GiB; a larger GPU keeps 13 GiB: ``(mem - 13 GiB) / mem``;
+    - 0.4.9 to 0.5.2 by the GPU's memory: it keeps 2.8 + TP x PP / 10 GiB below 35 GiB,
+      9.5 + TP x PP / 2 below 90, 12 + TP x PP / 2 below 160, 32 above;
+    - 0.5.9 on: 512 MB + 1.5 x the chunked-prefill size + 2 x the CUDA-graph batch + TP x PP
+      / 8 GiB, at least 10 GiB above 60 GiB (MB counted as MiB)."""
+    rule = rule_release(version)
+    if rule == (0, 3, 6) or (rule == (0, 4, 6) and total_bytes <= 80 * GIB_BYTES):
+        eight = 0.82 if parse_sglang_version(version)[1] < 4 else 0.81
+        for at_least, fraction in _BY_TP:
+            if tp >= at_least:
+                return eight if at_least == 8 else fraction
+        return 0.88
+    if rule == (0, 4, 6):
+        return (total_bytes - 13 * GIB_BYTES) / total_bytes
+    if rule == (0, 4, 9):
+        world = tp * pp
+        if total_bytes < 35 * GIB_BYTES:
+            kept = 2.8 + world / 10
+        elif total_bytes < 90 * GIB_BYTES:
+            kept = 9.5 + world / 2
+        elif total_bytes < 160 * GIB_BYTES:
+            kept = 12 + world / 2
+        else:
+            kept = 32
+        return round((total_bytes - kept * GIB_BYTES) / total_bytes, 3)
     chunk, graphs = gpu_defaults(total_bytes, tp)
     reserved = (512 + max(chunk, 2048) * 1.5 + graphs * 2 + tp * pp / 8 * 1024) * MIB_BYTES
     if total_bytes > 60 * GIB_BYTES:
         reserved = max(reserved, LARGE_GPU_RESERVE_BYTES)
     return round((total_bytes - reserved) / total_bytes, 3)
+
+
+def pool_tokens(
+    free_before_load_bytes: float, weights_bytes: float, fraction: float, bytes_per_token: int
+) -> int:
+    """``max_total_num_tokens`` of a pool without state (model_runner.py
+    ``profile_max_num_token``): the memory free after loading, less the
+    ``1 - mem_fraction_static`` share of the memory free before it, over a token's KV."""
+    rest = fraction * free_before_load_bytes - weights_bytes
+    return max(int(rest // bytes_per_token), 0) if bytes_per_token else 0
 
 
 def state_slot_bytes(spec: ModelSpec, tp: int) -> int:
@@ -106,7 +180,12 @@ def sglang_pool(
         share = MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO)
         slots = int(rest * share) // per_slot
     kv_pool = rest - slots * per_slot
-    tokens = kv_pool // plan.kv_bytes_per_token if plan.kv_bytes_per_token else 0
+    if slots:
+        tokens = kv_pool // plan.kv_bytes_per_token if plan.kv_bytes_per_token else 0
+    else:
+        tokens = pool_tokens(
+            free_before_load, memory.weights_bytes, fraction, plan.kv_bytes_per_token
+        )
     estimated = int(tokens / r.max_model_len * 512) if r.max_model_len else MAX_RUNNING_FLOOR
     running = max(min(estimated, MAX_RUNNING_CEILING), MAX_RUNNING_FLOOR)
     if asked_running is not None:
@@ -148,8 +227,9 @@ class SglangEngine(VllmAccountedEngine):
             return base  # a pool the user sized, or nothing to pool: vLLM's answer stands
         r = base.settings
         chunk, _ = gpu_defaults(base.memory.total_bytes, r.tensor_parallel_size)
+        version = settings.sglang_version or DEFAULT_SGLANG_VERSION
         fraction = settings.gpu_memory_utilization or default_mem_fraction_static(
-            base.memory.total_bytes, r.tensor_parallel_size, r.pipeline_parallel_size
+            base.memory.total_bytes, r.tensor_parallel_size, r.pipeline_parallel_size, version
         )
         pool = sglang_pool(base, spec, fraction, settings.max_num_seqs)
         # the memory outside the pool (activations, graphs, runtime) lives in SGLang's
@@ -164,8 +244,22 @@ class SglangEngine(VllmAccountedEngine):
         plan = plan_capacity(
             spec, gpu, own, mamba_ssm_dtype=mamba_ssm_dtype, with_suggestions=with_suggestions
         )
+        # SGLang's budget: the static share of the memory free before loading
+        free_before_load = plan.memory.total_bytes - plan.memory.non_torch_bytes
         plan = replace(
-            plan, settings=replace(plan.settings, max_num_seqs=pool.max_running_requests)
+            plan,
+            settings=replace(
+                plan.settings,
+                max_num_seqs=pool.max_running_requests,
+                gpu_memory_utilization=fraction,
+            ),
+            memory=replace(
+                plan.memory,
+                gpu_memory_utilization=fraction,
+                requested_bytes=int(fraction * free_before_load),
+                is_kv_cache_given=False,
+            ),
+            budget_label="mem_fraction_static",
         )
         slot_mib = state_slot_bytes(spec, r.tensor_parallel_size) / MIB_BYTES
         state = (
@@ -184,9 +278,19 @@ class SglangEngine(VllmAccountedEngine):
             f"{own.max_num_batched_tokens:,} (sglang kv_cache_configurator.py, server_args.py); "
             "weights, activations and runtime buffers are vLLM's estimates"
         )
+        rule = ".".join(map(str, rule_release(version)))
+        read = (
+            ""
+            if rule_release(version) == parse_sglang_version(version)
+            else (
+                f"; SGLang {version}'s default --mem-fraction-static is taken as {rule}'s, the "
+                "latest release servefit read before it"
+            )
+        )
         return replace(
             plan,
             engine=self.name,
             engine_label=self.label,
-            assumptions=(note, *plan.assumptions),
+            engine_version=version,
+            assumptions=(note + read, *plan.assumptions),
         )
