@@ -11,6 +11,7 @@ import click
 from click.core import ParameterSource
 
 from servefit.adapters.vllm_settings import DESTS, FIELD_OF
+from servefit.cli.engine_options import SGLANG_FLAGS, sglang_options
 from servefit.cli.options import (
     build_deployment,
     hardware_options,
@@ -24,10 +25,13 @@ from servefit.errors import InvalidArgumentError, ServefitError
 # vLLM destinations servefit reads (one table, adapters/vllm_settings.py), the click spelling
 # of --kv-cache-memory-bytes, and --vllm-version
 _SETTING_OF_PARAM = {"kv_cache_memory": "kv_cache_memory_bytes", **FIELD_OF}
+_SETTING_OF_PARAM.update({k: field for k, (field, _) in SGLANG_FLAGS.items()})
 _SERVE_PARAMS = (
     *(dest for dest in DESTS if dest != "kv_cache_memory_bytes"),
     "kv_cache_memory",
     "vllm_version",
+    *SGLANG_FLAGS,
+    "sglang_version",
 )
 
 
@@ -85,11 +89,12 @@ def _read_lines(path: str) -> list[str]:
 @click.argument("model", required=False)
 @hardware_options
 @serve_options
+@sglang_options
 @model_source_options
 @click.option("--strict", is_flag=True, help="Findings (deviations over 2 %) fail too (exit 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 def check_log(log: str, model: str | None, strict: bool, as_json: bool, **flags: Any) -> None:
-    """Hold a vLLM startup LOG against servefit's plan of the same deployment.
+    """Hold a vLLM (or SGLang) startup LOG against servefit's plan of the same deployment.
 
     \b
     servefit check-log vllm.log                      # model and flags read from the log
@@ -137,10 +142,12 @@ def check_log(log: str, model: str | None, strict: bool, as_json: bool, **flags:
         from servefit.app.up_report import describe
 
         plan = outcome.capacity
+        is_vllm = plan.engine.startswith("vllm")
+        planned = plan.settings.vllm_version if is_vllm else plan.engine_version
+        logged = checked.log.engine_version or "version not printed"
         click.echo(
             f"{outcome.resolved.model_id} on {outcome.resolved.gpu.name}, planned as "
-            f"{plan.engine_label} {plan.settings.vllm_version} "
-            f"(log: vLLM {checked.log.engine_version or 'version not printed'})"
+            f"{plan.engine_label} {planned} (log: {plan.engine_label} {logged})"
         )
         click.echo(f"  the deployment: {outcome.vllm_command}")
         if not checked.comparisons:

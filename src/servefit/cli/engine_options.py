@@ -75,6 +75,13 @@ SGLANG_OPTIONS = (
 )
 
 
+def sglang_options(command: Any) -> Any:
+    """SGLang's spellings alone (check-log of an SGLang log)."""
+    for option in SGLANG_OPTIONS:
+        command = option(command)
+    return command
+
+
 def engine_options(command: Any) -> Any:
     """Every non-vLLM engine's option, on a command that describes a deployment."""
     for option in (GGUF_OPTION, TENSOR_SPLIT_OPTION, *SGLANG_OPTIONS):
