@@ -59,6 +59,8 @@ class Clock:
         # perf_counter is the system-wide monotonic clock on Linux and macOS, so worker
         # processes given the parent's origin share its timeline
         self.origin = time.perf_counter() if origin is None else origin
+        # the wall clock at the origin: where a span or a report needs times of day
+        self.origin_unix_s = time.time() - (time.perf_counter() - self.origin)
 
     def __call__(self) -> float:
         return time.perf_counter() - self.origin

@@ -62,6 +62,7 @@ class BenchResult(BaseModel):
     warnings: list[str]
     prefix_cache_comparison: list[CacheComparison] | None = None
     prediction: dict[str, Any] | None = None  # servefit plan's capacity for this workload
+    started_unix_s: float | None = None  # the wall clock when the run's clock started
 
     @property
     def failed_fraction(self) -> float:
@@ -270,6 +271,7 @@ async def run_bench(
         ),
         server_peaks=peaks,
         warnings=[redact_text(w, secrets=[api_key] if api_key else ()) for w in warnings],
+        started_unix_s=clock.origin_unix_s,
     )
     if out_dir is not None:
         write_document(out_dir, "summary.json", result)

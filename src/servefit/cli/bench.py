@@ -60,10 +60,11 @@ def bench_run(url: str, **flags: Any) -> None:
 
     from servefit.bench.config import bench_setup
 
-    output_dir, monitor, as_json = (
+    output_dir, monitor, as_json, otlp = (
         flags.pop("output_dir"),
         flags.pop("monitor"),
         flags.pop("as_json"),
+        flags.pop("otlp"),
     )
     plan = flags.pop("plan_model"), flags.pop("plan_gpu"), flags.pop("plan_tp")
     history = flags.pop("db"), flags.pop("no_history")
@@ -88,9 +89,18 @@ def bench_run(url: str, **flags: Any) -> None:
                 _sweep(cfg, levels, api_key, out, as_json, interrupt, remember)
             if repeats > 1:
                 _repeat(cfg, repeats, api_key, out, as_json, interrupt, remember, flags, plan)
-            result = _measure(cfg, api_key, out, monitor, as_json, plan, flags, interrupt)
+            if otlp:
+                from servefit.bench.otlp import check_target
+
+                check_target(otlp)  # no SDK, an unwritable file: exit 2, nothing sent
+            records: list[Any] = []
+            result = _measure(
+                cfg, api_key, out, monitor, as_json, plan, flags, interrupt, records.append
+            )
         except ServefitError as error:
             fail(error)
+    if otlp:
+        _export_spans(otlp, records, result, as_json)
     if as_json:
         emit_json(result)
     else:
@@ -112,6 +122,7 @@ def _measure(
     plan: tuple[str | None, str | None, int],
     flags: dict[str, Any],
     interrupt: Interrupt,
+    keep: Any = None,
 ) -> Any:
     from servefit.bench.runner import measure
 
@@ -120,15 +131,42 @@ def _measure(
     w = cfg.workload
     total = w.num_requests * (w.turns if w.kind == "agent" else 1)
     with _monitor(monitor, out), progress_bar(as_json, total, "requests") as listener:
+
+        def each(record: Any) -> None:
+            if keep is not None:
+                keep(record)
+            if listener is not None:
+                listener(record)
+
         return measure(
             cfg,
             api_key=api_key,
             out_dir=out,
             is_cache_comparison=flags["prefix_cache_compare"],
-            listener=listener,
+            listener=each,
             prediction=prediction,
             interrupt=interrupt,
         )
+
+
+def _export_spans(target: str, records: list[Any], result: Any, as_json: bool) -> None:
+    """The run's spans to ``target``; a collector that cannot be reached is a warning (the
+    run and its records stand)."""
+    from servefit import __version__
+    from servefit.bench.otlp import export_spans
+
+    try:
+        sent = export_spans(
+            records,
+            started_unix_s=result.started_unix_s,
+            model=result.server.get("model"),
+            target=target,
+            servefit_version=__version__,
+        )
+    except ServefitError as error:
+        fail(error)
+    if not as_json:
+        click.echo(f"OTLP: {sent} request spans exported to {target}", err=True)
 
 
 def _exit_code(interrupt: Interrupt, interrupted: bool, passing: bool) -> int:

@@ -175,6 +175,12 @@ BENCH_OPTIONS = [
         help="Write requests.jsonl and summary.json (sweep.json) here.",
     ),
     _opt("--monitor", is_flag=True, help="Sample local NVIDIA GPUs into OUTPUT/gpu_samples.jsonl."),
+    _opt(
+        "--otlp",
+        metavar="URL|FILE",
+        help="Export a span per request: OTLP/HTTP to a collector URL, or OTLP/JSON lines to "
+        "a file (pip install 'servefit[otel]').",
+    ),
     _opt("--json", "as_json", is_flag=True, help="Print the summary document."),
 ]
 
