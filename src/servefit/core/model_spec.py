@@ -279,6 +279,16 @@ class VisionSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class FileTensor:
+    """One tensor as a weights file stores it (a GGUF file's tensor table): its exact bytes
+    and the decoder layer it belongs to (None: embedding, output norm and head)."""
+
+    name: str
+    layer: int | None
+    num_bytes: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpec:
     """A model as vLLM loads it: layers by kind, widths, vocabulary, dtype and weight formats."""
 
@@ -305,6 +315,9 @@ class ModelSpec:
     # the hidden state, and in every layer a gate and a projection back (0: none)
     per_layer_input_size: int = 0
     per_layer_input_vocab_size: int = 0
+    # the weights file's own tensor table, when servefit read one (a .gguf): the engines
+    # that load that file count its bytes exactly instead of estimating them
+    file_tensors: tuple[FileTensor, ...] = ()
     _hash: int = field(init=False, repr=False, compare=False, hash=False)
     _kinds: frozenset[MixerKind] = field(init=False, repr=False, compare=False, hash=False)
     _sparse: bool = field(init=False, repr=False, compare=False, hash=False)

@@ -151,7 +151,7 @@ class LlamaCppEngine:
             settings=r,
             behaviour=um.no_vllm_behaviour(LABEL, default_fraction),
             memory=memory,
-            weights_total_bytes=weights.total_bytes,
+            weights_total_bytes=sum(t.num_bytes for t in spec.file_tensors) or weights.total_bytes,
             layout=layout,
             num_blocks=blocks,
             kv_cache_tokens=slots * slot_len,
@@ -379,8 +379,12 @@ def _assumptions(
         f"({r.max_num_seqs} slots x {r.max_model_len:,} tokens, padded to 256)",
         f"compute buffer estimated for one {UBATCH_TOKENS}-token ubatch (-ub) with the "
         "per-token formula servefit fits to vLLM; llama.cpp sizes it from the graph",
-        "-ngl 99 offloads every layer; weights sized from the GGUF type's bits per weight "
-        f"({spec.quant.description})",
+        "-ngl 99 offloads every layer; "
+        + (
+            "weights as the file's tensor table gives them"
+            if spec.file_tensors
+            else f"weights sized from the GGUF type's bits per weight ({spec.quant.description})"
+        ),
     ]
     if spec.is_hybrid:
         out.append(

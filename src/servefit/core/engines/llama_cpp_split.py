@@ -121,6 +121,8 @@ def device_weights(spec: ModelSpec, where: Placement) -> DeviceWeights:
     embedding) on the output layer's device; MTP and vision tensors are not loaded."""
     per_device = [0.0] * where.num_devices
     host = 0.0
+    if spec.file_tensors:
+        return _file_weights(spec, where)
 
     def add(device: int, num_bytes: float) -> None:
         nonlocal host
@@ -141,4 +143,34 @@ def device_weights(spec: ModelSpec, where: Placement) -> DeviceWeights:
                 add(where.output_device, size)
         else:  # final norm, LM head
             add(where.output_device, size)
+    return DeviceWeights(device_bytes=tuple(per_device), host_bytes=host)
+
+
+EMBEDDING_TENSOR = "token_embd.weight"  # llama.cpp's name of the input embedding
+OUTPUT_TENSOR = "output.weight"  # ... and of an untied LM head
+
+
+def _file_weights(spec: ModelSpec, where: Placement) -> DeviceWeights:
+    """A GGUF file's own tensor bytes where llama.cpp puts them: ``blk.N.`` with layer N, the
+    token embedding on the host (and, with no ``output.weight``, a copy on the output layer's
+    device), every other tensor (``output_norm``, ``output``, ``rope_freqs``) on the output
+    layer's device."""
+    per_device = [0.0] * where.num_devices
+    host = 0.0
+    tied = not any(t.name == OUTPUT_TENSOR for t in spec.file_tensors)
+    for t in spec.file_tensors:
+        targets = (
+            [where.layer_devices[t.layer]]
+            if t.layer is not None and t.layer < len(where.layer_devices)
+            else [HOST, where.output_device]
+            if t.name == EMBEDDING_TENSOR and tied
+            else [HOST]
+            if t.name == EMBEDDING_TENSOR
+            else [where.output_device]
+        )
+        for device in targets:
+            if device == HOST:
+                host += t.num_bytes
+            else:
+                per_device[device] += t.num_bytes
     return DeviceWeights(device_bytes=tuple(per_device), host_bytes=host)
