@@ -65,8 +65,10 @@ LOGS = [
 def _plan(argv, release):
     result = CliRunner().invoke(
         cli,
-        ["plan", *argv, "--sglang-version", release, "--context-length", "8192"]
-        + ["--offline", "--json"],
+        [
+            *("plan", *argv, "--sglang-version", release),
+            *("--context-length", "8192", "--offline", "--json"),
+        ],
     )
     assert result.exit_code == 0, result.output
     return json.loads(result.output)

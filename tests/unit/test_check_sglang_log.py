@@ -27,7 +27,8 @@ max_prefill_tokens=16384, max_running_requests=2049, context_len=131072
 # (0.4.2 era: no "mem usage", no "#tokens" on the KV line)
 R1_3090 = """\
 [2025-02-04 05:21:40 TP0] Load weight begin. avail mem=22.76 GB
-[2025-02-04 05:29:17 TP0] Load weight end. type=Qwen2ForCausalLM, dtype=torch.bfloat16, avail mem=8.37 GB
+[2025-02-04 05:29:17 TP0] Load weight end. type=Qwen2ForCausalLM, dtype=torch.bfloat16, \
+avail mem=8.37 GB
 [2025-02-04 05:29:17 TP0] KV Cache is allocated. K size: 2.82 GB, V size: 2.82 GB.
 [2025-02-04 05:29:20 TP0] max_total_num_tokens=105531, chunked_prefill_size=2048, \
 max_prefill_tokens=16384, max_running_requests=2049, context_len=131072
