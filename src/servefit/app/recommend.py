@@ -80,18 +80,13 @@ def _options(d: Deployment, plan: CapacityPlan) -> list[ServeSettings]:
     # per GPU count: the flags as given, the larger budget, fp8 KV, both (cheapest first)
     same_gpus = [(u, kv) for kv in kv_options for u in utilizations]
     same_gpus.sort(key=lambda option: (option[1] != s.kv_cache_dtype, option[0] is not None))
-    if by_layers:
-        pps = [s.pipeline_parallel_size]
-        pps += [n for n in TP_CANDIDATES if n > s.pipeline_parallel_size]
-        return [
-            replace(s, pipeline_parallel_size=pp, kv_cache_dtype=kv, gpu_memory_utilization=u)
-            for pp in pps
-            for u, kv in same_gpus
-        ]
-    tps = [s.tensor_parallel_size] + [t for t in TP_CANDIDATES if t > s.tensor_parallel_size]
+    # more GPUs: llama.cpp splits its layers over them (-pp), vLLM shards (-tp)
+    axis = "pipeline_parallel_size" if by_layers else "tensor_parallel_size"
+    now = getattr(s, axis)
+    counts = [now] + [n for n in TP_CANDIDATES if n > now]
     return [
-        replace(s, tensor_parallel_size=tp, kv_cache_dtype=kv, gpu_memory_utilization=u)
-        for tp in tps
+        replace(s, **{axis: n}, kv_cache_dtype=kv, gpu_memory_utilization=u)
+        for n in counts
         for u, kv in same_gpus
     ]
 
@@ -176,26 +171,20 @@ def recommend(d: Deployment, plan: CapacityPlan, plan_for: Planner) -> Recommend
 def _changes(old: CapacityPlan, new: CapacityPlan) -> tuple[Change, ...]:
     a, b = old.settings, new.settings
     out = []
-    if b.tensor_parallel_size != a.tensor_parallel_size:
-        out.append(
-            Change(
-                flag="--tensor-parallel-size",
-                before=str(a.tensor_parallel_size),
-                after=str(b.tensor_parallel_size),
-                gives_up=f"{b.num_gpus} GPUs instead of {a.num_gpus}: "
-                f"{b.num_gpus / a.num_gpus:g}x the cost per hour",
+    for flag, name, how in (
+        ("--tensor-parallel-size", "tensor_parallel_size", ""),
+        ("--pipeline-parallel-size", "pipeline_parallel_size", ", the layers split over them"),
+    ):
+        if getattr(b, name) != getattr(a, name):
+            out.append(
+                Change(
+                    flag=flag,
+                    before=str(getattr(a, name)),
+                    after=str(getattr(b, name)),
+                    gives_up=f"{b.num_gpus} GPUs instead of {a.num_gpus}{how}: "
+                    f"{b.num_gpus / a.num_gpus:g}x the cost per hour",
+                )
             )
-        )
-    if b.pipeline_parallel_size != a.pipeline_parallel_size:
-        out.append(
-            Change(
-                flag="--pipeline-parallel-size",
-                before=str(a.pipeline_parallel_size),
-                after=str(b.pipeline_parallel_size),
-                gives_up=f"{b.num_gpus} GPUs instead of {a.num_gpus}, the layers split over "
-                f"them: {b.num_gpus / a.num_gpus:g}x the cost per hour",
-            )
-        )
     if b.gpu_memory_utilization != a.gpu_memory_utilization:
         out.append(
             Change(
