@@ -187,4 +187,28 @@ def test_vllm_refuses_the_llama_cpp_split():
         cli,
         ["plan", "Qwen/Qwen2.5-32B", "--gpu", "H100", "-ts", "1,1", "-tp", "2", "--offline"],
     )
-    assert result.exit_code == 2 and "--tensor-split is llama.cpp's layer split" in result.output
+    assert result.exit_code == 2 and "--tensor-split is llama.cpp's" in result.output
+
+
+def test_n_gpu_layers_keeps_the_first_layers_and_their_cells_in_host_memory():
+    code, out = _cli("--n-gpu-layers", "40")
+    doc = json.loads(out)
+    assert code == 0 and doc["fits"]
+    # -ngl 40 of 64 + 1: layers 25-63 and the output layer on the GPU, 0-24 on the host; the
+    # GPU reserves the cells of its 39 layers: 39 x 32,768 x 8 x 128 x 2 x 2 bytes
+    held = 39 * 32_768 * 8 * 128 * 2 * 2
+    spare = doc["memory"]["kv_cache_memory_bytes"] - held
+    assert doc["verdict"]["margin"]["spare_kv_cache_bytes"] == pytest.approx(spare, rel=1e-3)
+    assert any("layers 0-24 (25 of 64)" in a for a in doc["assumptions"])
+    assert doc["vllm_command"].endswith("-ngl 40")
+    # the CPU's share of a step is not timed: no speed rather than a wrong one
+    assert doc["performance"] is None and "host memory" in doc["performance_note"]
+
+
+def test_n_gpu_layers_is_llama_cpps_alone():
+    result = CliRunner().invoke(
+        cli, ["plan", "Qwen/Qwen2.5-32B", "--gpu", "H100", "-ngl", "20", "--offline"]
+    )
+    assert result.exit_code == 2 and "--n-gpu-layers is llama.cpp's" in result.output
+    code, out = _cli("-ngl", "-1")
+    assert code == 2 and "-ngl" in out

@@ -100,6 +100,11 @@ def predict(
     measured error of each of its figures for this deployment's group."""
     if not plan.starts:
         return None, "the engine does not start with these settings"
+    if plan.host_layers:
+        return None, (
+            f"{plan.host_layers} layers run from host memory (-ngl): servefit does not time "
+            "the CPU's share of a step; the GPUs' memory above is exact"
+        )
     from servefit.core.perf import plan_performance
 
     try:

@@ -147,11 +147,15 @@ def resolve(
     if d.gguf is not None:
         loaded = as_gguf(loaded, d.gguf)
     engine = select_engine(d.engine, gpu, loaded.spec)
-    if d.settings.tensor_split is not None and engine.name != "llama.cpp":
-        raise InvalidArgumentError(
-            f"--tensor-split is llama.cpp's layer split; {engine.name} does not take it "
-            "(drop it, or plan a GGUF with --engine llama.cpp)"
-        )
+    for flag, value in (
+        ("--tensor-split", d.settings.tensor_split),
+        ("--n-gpu-layers", d.settings.n_gpu_layers),
+    ):
+        if value is not None and engine.name != "llama.cpp":
+            raise InvalidArgumentError(
+                f"{flag} is llama.cpp's; {engine.name} does not take it (drop it, or plan a "
+                "GGUF with --engine llama.cpp)"
+            )
     return Resolved(
         deployment=d,
         loaded=loaded,

@@ -82,9 +82,18 @@ def sglang_options(command: Any) -> Any:
     return command
 
 
+N_GPU_LAYERS_OPTION = click.option(
+    "--n-gpu-layers",
+    "-ngl",
+    type=click.IntRange(min=0),
+    help="llama.cpp: offload the last N layers (its -ngl; the output layer is one of them); "
+    "default all. The rest stay in host memory.",
+)
+
+
 def engine_options(command: Any) -> Any:
     """Every non-vLLM engine's option, on a command that describes a deployment."""
-    for option in (GGUF_OPTION, TENSOR_SPLIT_OPTION, *SGLANG_OPTIONS):
+    for option in (GGUF_OPTION, TENSOR_SPLIT_OPTION, N_GPU_LAYERS_OPTION, *SGLANG_OPTIONS):
         command = option(command)
     return command
 

@@ -396,6 +396,7 @@ def pop_serve_settings(flags: dict[str, Any]) -> Any:
         speculative=speculative,
         enable_expert_parallel=flags.pop("enable_expert_parallel", False),
         tensor_split=flags.pop("tensor_split", None),
+        n_gpu_layers=flags.pop("n_gpu_layers", None),
         lora=_lora_settings(
             flags.pop("enable_lora", False),
             flags.pop("max_loras", None),

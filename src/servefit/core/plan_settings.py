@@ -100,6 +100,9 @@ class ServeSettings:
     # llama.cpp's --tensor-split (-ts): each GPU's share of the layers, one a pipeline stage
     # (llama.cpp's layer split); None = equal shares. Only llama.cpp takes it
     tensor_split: tuple[float, ...] | None = None
+    # llama.cpp's --n-gpu-layers (-ngl): the last N of its layers (the output layer counted)
+    # offloaded to the GPUs; None = all of them (-ngl 99). Only llama.cpp takes it
+    n_gpu_layers: int | None = None
     sglang_version: str | None = None  # --sglang-version: whose SGLang defaults (None: newest)
 
     def __post_init__(self) -> None:
@@ -228,6 +231,7 @@ class CapacityPlan:
     # engines that size their cache from the memory left (vLLM)
     reserved_kv_cache_bytes: int | None = None
     engine_version: str = ""  # an engine other than vLLM: the release whose rules it follows
+    host_layers: int = 0  # decoder layers left in host memory (llama.cpp's -ngl below all)
 
     @property
     def fits(self) -> bool:

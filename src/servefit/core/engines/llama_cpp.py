@@ -120,6 +120,7 @@ class LlamaCppEngine:
             spec.num_layers,
             settings.pipeline_parallel_size,
             tensor_split=settings.tensor_split,
+            n_gpu_layers=settings.n_gpu_layers,
         )
         on_device = split.device_weights(spec, where)
         mnbt = r.max_num_batched_tokens
@@ -174,6 +175,7 @@ class LlamaCppEngine:
             memory_label="unified memory" if is_apple else "visible to the GPU backend",
             budget_label="GPU wired-memory share" if is_apple else "share used",
             reserved_kv_cache_bytes=kv_bytes,
+            host_layers=len(where.host_layers),
         )
 
     def launch_args(self, model_id: str, plan: CapacityPlan, asked: ServeSettings) -> list[str]:
@@ -189,7 +191,8 @@ class LlamaCppEngine:
             source = ["-hf", model_id]
         args = ["llama-server", *source]
         args += ["-c", str(r.max_num_seqs * r.max_model_len), "-np", str(r.max_num_seqs)]
-        args += ["-ngl", ALL_LAYERS]
+        given = asked.n_gpu_layers
+        args += ["-ngl", ALL_LAYERS if given is None else str(given)]
         if r.pipeline_parallel_size > 1 and plan.gpu.vendor in DEVICE_PREFIX:
             prefix = DEVICE_PREFIX[plan.gpu.vendor]
             devices = ",".join(f"{prefix}{i}" for i in range(r.pipeline_parallel_size))
@@ -379,8 +382,7 @@ def _assumptions(
         f"({r.max_num_seqs} slots x {r.max_model_len:,} tokens, padded to 256)",
         f"compute buffer estimated for one {UBATCH_TOKENS}-token ubatch (-ub) with the "
         "per-token formula servefit fits to vLLM; llama.cpp sizes it from the graph",
-        "-ngl 99 offloads every layer; "
-        + (
+        (
             "weights as the file's tensor table gives them"
             if spec.file_tensors
             else f"weights sized from the GGUF type's bits per weight ({spec.quant.description})"
@@ -411,8 +413,16 @@ def _split_assumptions(where: split.Placement, on_device: split.DeviceWeights) -
             f"memory of identical, empty GPUs): {'; '.join(parts)}; the memory shown is the "
             "GPU that binds first"
         )
-    out.append(
-        f"the token embedding stays in host memory ({um.gib(on_device.host_bytes)}), as "
-        "llama.cpp keeps the input layer on the CPU"
-    )
+    host = where.host_layers
+    if host:
+        out.append(
+            f"-ngl leaves layers {host.start}-{host.stop - 1} ({len(host)} of "
+            f"{len(where.layer_devices)}) and their KV cells in host memory with the token "
+            f"embedding: {um.gib(on_device.host_bytes)} of weights there, which the CPU runs"
+        )
+    else:
+        out.append(
+            "-ngl 99 offloads every layer; the token embedding stays in host memory "
+            f"({um.gib(on_device.host_bytes)}), as llama.cpp keeps the input layer on the CPU"
+        )
     return tuple(out)
