@@ -316,3 +316,41 @@ def test_a_registered_run_is_reported_as_servefit_report_reports_it(bench_run):
     assert status == 200 and cli.returncode == 0, cli.stderr
     assert html.decode() == cli.stdout.removesuffix("\n")
     assert "measured" in html.decode() and 'id="chart-ttft"' in html.decode()
+
+
+def test_fit_is_fit_json():
+    # the page's fit view answers what `servefit fit --json` prints for the same flags
+    params = {"fit-gpu": "RTX-4090", "fit-task": "code", "fit-search": "qwen3 8b", "fit-top": "0"}
+    status, _, body = get("/api/fit", params)
+    assert status == 200, body
+    cli = subprocess.run(
+        [
+            *(*CLI, "fit", "--gpu", "RTX-4090", "--task", "code"),
+            *("--search", "qwen3 8b", "--top", "0", "--json"),
+        ],
+        capture_output=True,
+        text=True,
+        env=OFFLINE,
+        timeout=300,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(body) == json.loads(cli.stdout)
+    doc = json.loads(body)
+    assert doc["rows"] and all("qwen3" in r["model"].lower() for r in doc["rows"])
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"fit-gpu": "B9000"}, "fit-gpu"),
+        ({"fit-gpu": "A40", "fit-task": "poetry"}, "fit-task"),
+        ({"fit-gpu": "A40", "fit-context": "0"}, "fit-context"),
+        ({"fit-gpu": "A40", "fit-top": "many"}, "fit-top"),
+        ({"fit-gpu": "A40", "fit-gguf": "Q9"}, "fit-gguf"),
+        ({"fit-gpu": "A40", "fit-search": "no-such-model-anywhere"}, "fit-search"),
+        ({"fit-gpu": "A40", "model": "/etc/passwd"}, "model"),
+    ],
+)
+def test_a_bad_fit_field_is_a_400_naming_it(params, field):
+    status, _, body = get("/api/fit", params)
+    assert status == 400 and json.loads(body)["field"] == field

@@ -184,6 +184,27 @@ def test_the_issue_scenario_in_headless_chromium(server, tmp_path):
         _assert_tab_reaches_every_control(page, minimum=30)
         assert page.is_visible("#compare-run") and not page.is_visible("#vllm-command")
 
+        # the fit view lists what `servefit fit --json` lists for the same GPU and words
+        page.click("#tab-fit")
+        page.select_option("#fit-gpu", "RTX-4090")
+        page.fill("#fit-search", "qwen3 8b")
+        page.click("#fit-run")
+        page.wait_for_selector("#fit-table tbody tr", timeout=120_000)
+        shown_models = page.eval_on_selector_all(
+            "#fit-table tbody tr td:first-child", "cells => cells.map((c) => c.textContent)"
+        )
+        fit = subprocess.run(
+            [*CLI, "fit", "--gpu", "RTX-4090", "--search", "qwen3 8b", "--json"],
+            capture_output=True,
+            text=True,
+            env=OFFLINE,
+            timeout=300,
+        )
+        assert fit.returncode == 0, fit.stderr
+        assert shown_models == [r["model"] for r in json.loads(fit.stdout)["rows"]]
+        assert "view=fit" in page.url and "fit-search=qwen3+8b" in page.url
+        _assert_tab_reaches_every_control(page, minimum=30)
+
         # the page update time, from the input event to the numbers on the page: the capacity
         # (verdict, KV cache, command) first, then speed and cost (the serving simulation)
         print(f"\npage update after an edit (ms): {timings}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from servefit.app.deployment import Deployment, Hardware
 from servefit.app.fleet_search import has_fp8
@@ -62,6 +63,43 @@ class FitOutcome:
     @property
     def fitting(self) -> tuple[FitRow, ...]:
         return tuple(r for r in self.rows if r.fits)
+
+    def document(self, top: int = 0) -> dict[str, Any]:
+        """``servefit fit --json`` (and the page's fit view): the first ``top`` rows (0: all)."""
+        rows = self.rows if top == 0 else self.rows[:top]
+        return {
+            "gpu": self.gpu,
+            "task": self.task,
+            "rows": [
+                {
+                    "model": r.model,
+                    "weights": r.weights,
+                    "engine": r.engine,
+                    "total_params": r.total_params,
+                    "fits": r.fits,
+                    "context_tokens": r.context_tokens,
+                    "largest_context_tokens": r.largest_context_tokens,
+                    "max_concurrency": r.max_concurrency,
+                    "weights_bytes_per_gpu": r.weights_bytes_per_gpu,
+                    "decode_tok_per_s": r.decode_tok_per_s,
+                    "problem": r.problem,
+                    "plan_args": list(r.argv),
+                }
+                for r in rows
+            ],
+            "skipped": list(self.skipped),
+        }
+
+
+def matching_models(model_ids: Sequence[str], search: str | None) -> list[str]:
+    """The ids that hold every word of ``search`` (all of them without one)."""
+    words = (search or "").lower().split()
+    ids = [m for m in model_ids if all(w in m.lower() for w in words)]
+    if not ids:
+        raise InvalidArgumentError(
+            f"--search {search!r} matches no bundled model (see `servefit models`)"
+        )
+    return ids
 
 
 def _variants(

@@ -47,19 +47,12 @@ def fit(
     fits, 1 when none does, 2 for bad input."""
     from servefit.adapters.catalog import model_ids
     from servefit.app.deployment import Hardware
-    from servefit.app.fit import fit_models
+    from servefit.app.fit import fit_models, matching_models
 
     if top < 0:
         raise click.UsageError(f"--top must be >= 0, got {top}")
     try:
-        words = (search or "").lower().split()
-        ids = [m for m in model_ids() if all(w in m.lower() for w in words)]
-        if not ids:
-            from servefit.errors import InvalidArgumentError
-
-            raise InvalidArgumentError(
-                f"--search {search!r} matches no bundled model (see `servefit models`)"
-            )
+        ids = matching_models(model_ids(), search)
         hardware = Hardware(
             gpu=None if gpu_memory_gib is not None and gpu == "auto" else gpu,
             memory_gib=gpu_memory_gib,
@@ -68,34 +61,10 @@ def fit(
         outcome = fit_models(hardware, ids, task=task, context_tokens=context_tokens, gguf=gguf)
     except ServefitError as error:
         fail(error)
-    rows = outcome.rows if top == 0 else outcome.rows[:top]
     if as_json:
-        emit_json(
-            {
-                "gpu": outcome.gpu,
-                "task": outcome.task,
-                "rows": [
-                    {
-                        "model": r.model,
-                        "weights": r.weights,
-                        "engine": r.engine,
-                        "total_params": r.total_params,
-                        "fits": r.fits,
-                        "context_tokens": r.context_tokens,
-                        "largest_context_tokens": r.largest_context_tokens,
-                        "max_concurrency": r.max_concurrency,
-                        "weights_bytes_per_gpu": r.weights_bytes_per_gpu,
-                        "decode_tok_per_s": r.decode_tok_per_s,
-                        "problem": r.problem,
-                        "plan_args": list(r.argv),
-                    }
-                    for r in rows
-                ],
-                "skipped": list(outcome.skipped),
-            }
-        )
+        emit_json(outcome.document(top))
     else:
         from servefit.cli.render import render_fit
 
-        render_fit(outcome, rows, console())
+        render_fit(outcome, outcome.rows if top == 0 else outcome.rows[:top], console())
     verdict_exit(bool(outcome.fitting))

@@ -12,6 +12,7 @@ route                     answer
 ``GET /api/plan.json``    the export: ``servefit plan --json`` for the same flags
 ``GET /api/report.html``  the export: ``servefit report --format html`` (``run=ID``: with it)
 ``GET /api/compare``      ``servefit compare --json`` (``compare-models``, ``compare-gpus``)
+``GET /api/fit``          ``servefit fit --json`` (``fit-gpu``, ``fit-task``, ``fit-search``...)
 ``GET /api/history``      the run history's runs (``servefit history``), newest first
 ``GET /api/history/...``  ``series?key=K``: one deployment's predicted vs measured over time
 ``POST /api/upload``      a config.json's content, parsed in memory -> ``upload:<id>``
@@ -217,6 +218,15 @@ async def compare(request: web.Request) -> web.Response:
     return web.json_response(doc)
 
 
+async def fit(request: web.Request) -> web.Response:
+    from servefit.ui.views import fit_view
+
+    params = dict(request.query)
+    if len(params) != len(list(request.query.keys())):
+        raise FieldError("query", "a field is given twice")
+    return web.json_response(await _in_thread(fit_view, params))
+
+
 async def upload(request: web.Request) -> web.Response:
     from servefit.ui.views import MAX_UPLOAD_BYTES
 
@@ -263,6 +273,7 @@ def make_app(runs: Sequence[Path] = (), history_db: Path | None = None) -> web.A
     app.router.add_get("/api/plan.json", plan_export)
     app.router.add_get("/api/report.html", report_export)
     app.router.add_get("/api/compare", compare)
+    app.router.add_get("/api/fit", fit)
     app.router.add_get("/api/history", history)
     app.router.add_get("/api/history/series", history_series)
     app.router.add_post("/api/upload", upload)

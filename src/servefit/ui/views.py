@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from servefit.errors import DatasetError
+from servefit.errors import DatasetError, InvalidArgumentError
 from servefit.ui.query import UPLOAD_PREFIX, FieldError, PageQuery, check_model_name, cli_args
 
 if TYPE_CHECKING:
@@ -216,3 +216,61 @@ def run_report_html(state: PageState, q: PageQuery, run_id: str) -> str:
     if not run.bench_dir.is_dir():
         raise DatasetError(f"run {run_id} ({run.path.name}) is no longer there")
     return report_html(report_for(state, q, run))
+
+
+FIT_FIELDS = ("fit-gpu", "fit-task", "fit-context", "fit-search", "fit-gguf", "fit-top")
+MAX_SEARCH_CHARS = 200
+
+
+def fit_view(params: dict[str, str]) -> dict[str, Any]:
+    """``servefit fit --gpu G --task T [--context N] [--search S] [--gguf TYPE] --top K
+    --json`` for the page's fit view (a catalog GPU; the page never detects its host)."""
+    from servefit.adapters.catalog import find_gpu, model_ids
+    from servefit.app.deployment import Hardware
+    from servefit.app.fit import TASK_CONTEXT_TOKENS, fit_models, matching_models
+    from servefit.errors import UnknownGpuError
+
+    unknown = sorted(set(params) - set(FIT_FIELDS))
+    if unknown:
+        raise FieldError(unknown[0], "is not a field of the fit view")
+    gpu = params.get("fit-gpu", "").strip()
+    try:
+        find_gpu(gpu)
+    except UnknownGpuError as error:
+        raise FieldError("fit-gpu", str(error).splitlines()[0]) from None
+    task = params.get("fit-task", "chat")
+    if task not in TASK_CONTEXT_TOKENS:
+        raise FieldError("fit-task", f"choose one of {', '.join(TASK_CONTEXT_TOKENS)}")
+    context = _count(params, "fit-context", 1, 10_000_000)
+    top = _count(params, "fit-top", 0, 1_000)
+    search = params.get("fit-search", "")
+    if len(search) > MAX_SEARCH_CHARS:
+        raise FieldError("fit-search", f"at most {MAX_SEARCH_CHARS} characters")
+    gguf = params.get("fit-gguf", "").strip() or None
+    if gguf is not None:
+        from servefit.core.quant import gguf as gguf_type
+        from servefit.errors import ConfigError
+
+        try:
+            gguf_type(gguf)
+        except ConfigError as error:
+            raise FieldError("fit-gguf", str(error)) from None
+    try:
+        ids = matching_models(model_ids(), search)
+    except InvalidArgumentError as error:
+        raise FieldError("fit-search", str(error)) from None
+    outcome = fit_models(Hardware(gpu=gpu), ids, task=task, context_tokens=context, gguf=gguf)
+    return outcome.document(20 if top is None else top)
+
+
+def _count(params: dict[str, str], field: str, low: int, high: int) -> int | None:
+    text = params.get(field, "").strip()
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise FieldError(field, f"{text!r} is not a whole number") from None
+    if not low <= value <= high:
+        raise FieldError(field, f"must be from {low} to {high:,}")
+    return value

@@ -85,6 +85,14 @@ function pageParams() {
     const value = $(key).value.trim();
     if (value) params.set(key, value);
   }
+  if (page.view === "fit") {  // the fit view's own fields, their defaults left out
+    for (const key of FIT_FIELDS) {
+      const value = $(key).value.trim();
+      if (value && !(key === "fit-top" && value === "20") && !(key === "fit-task" && value === "chat")) {
+        params.set(key, value);
+      }
+    }
+  }
   return params;
 }
 
@@ -271,6 +279,39 @@ function renderChecklist(rows) {
   $("checklist").replaceChildren(...parts);
 }
 
+// ---- fit -------------------------------------------------------------------------------
+
+const FIT_FIELDS = ["fit-gpu", "fit-task", "fit-context", "fit-search", "fit-gguf", "fit-top"];
+
+async function runFit() {
+  syncUrl();
+  const params = new URLSearchParams();
+  for (const key of FIT_FIELDS) {
+    const value = $(key).value.trim();
+    if (value) params.set(key, value);
+  }
+  $("status").className = "";
+  $("status").textContent = "fitting the catalog...";
+  try {
+    const doc = await api("/api/fit", params);
+    const body = $("fit-table").tBodies[0];
+    body.replaceChildren(...doc.rows.map((r) => {
+      const tr = el("tr");
+      const cells = [r.model, r.weights, `${fmtNum(r.total_params / 1e9, 1)} B`,
+        r.fits ? "yes" : `no: ${r.problem}`, fmtInt(r.context_tokens),
+        fmtInt(r.largest_context_tokens), fmtNum(r.max_concurrency, 1),
+        r.decode_tok_per_s ? fmtInt(r.decode_tok_per_s) : "-",
+        `servefit plan ${r.model} --gpu ${doc.gpu} ${r.plan_args.join(" ")}`];
+      tr.append(...cells.map((c) => el("td", c)));
+      return tr;
+    }));
+    $("fit-skipped").replaceChildren(...doc.skipped.map((line) => el("li", line)));
+    $("status").textContent = `${doc.rows.filter((r) => r.fits).length} of ${doc.rows.length} shown fit on ${doc.gpu}`;
+  } catch (error) {
+    showError(error);
+  }
+}
+
 // ---- compare and runs ------------------------------------------------------------------
 
 async function runCompare() {
@@ -400,7 +441,8 @@ function showView(view) {
   for (const tab of document.querySelectorAll(".tab")) {
     tab.setAttribute("aria-pressed", String(tab.dataset.view === view));
   }
-  for (const name of ["plan", "compare", "runs"]) $(`view-${name}`).hidden = name !== view;
+  for (const name of ["plan", "compare", "fit", "runs"]) $(`view-${name}`).hidden = name !== view;
+  if (view === "fit" && !$("fit-gpu").value) $("fit-gpu").value = $("gpu").value || "A40";
   if (view === "compare") {
     if (!$("compare-models").value) $("compare-models").value = $("model").value;
     if (!$("compare-gpus").value) $("compare-gpus").value = $("gpu").value || "A40";
@@ -435,14 +477,17 @@ async function start() {
   const catalog = await (await fetch("/api/catalog")).json();
   page.models = new Set(catalog.models);
   $("model-list").replaceChildren(...catalog.models.map((id) => new Option(id, id)));
-  $("gpu").append(...catalog.gpus.map((g) =>
-    new Option(`${g.name} (${fmtInt(g.memory_bytes / GIB)} GiB)${g.provisional ? " ?" : ""}`, g.name)));
+  const gpuOption = (g) =>
+    new Option(`${g.name} (${fmtInt(g.memory_bytes / GIB)} GiB)${g.provisional ? " ?" : ""}`, g.name);
+  $("gpu").append(...catalog.gpus.map(gpuOption));
+  $("fit-gpu").append(...catalog.gpus.map(gpuOption));
   renderRuns(catalog.runs);
   const params = new URLSearchParams(location.search);
   writeForm(params.get("model") ? params : new URLSearchParams(SEED));
   for (const key of ["compare-models", "compare-gpus"]) $(key).value = params.get(key) || "";
+  for (const key of FIT_FIELDS) if (params.get(key)) $(key).value = params.get(key);
   page.run = params.get("run") || "";
-  showView(["compare", "runs"].includes(params.get("view")) ? params.get("view") : "plan");
+  showView(["compare", "fit", "runs"].includes(params.get("view")) ? params.get("view") : "plan");
   $("form").addEventListener("input", schedulePlan);
   $("form").addEventListener("change", schedulePlan);
   $("form").addEventListener("submit", (e) => e.preventDefault());
@@ -464,6 +509,7 @@ async function start() {
     tab.addEventListener("click", () => showView(tab.dataset.view));
   }
   $("compare-run").addEventListener("click", runCompare);
+  $("fit-run").addEventListener("click", runFit);
   const drop = $("drop");
   drop.addEventListener("dragover", (e) => { e.preventDefault(); drop.classList.add("over"); });
   drop.addEventListener("dragleave", () => drop.classList.remove("over"));
@@ -474,6 +520,7 @@ async function start() {
   });
   await replan();
   if (page.view === "compare" && $("compare-models").value) runCompare();
+  if (page.view === "fit") runFit();
 }
 
 document.addEventListener("DOMContentLoaded", () => {
