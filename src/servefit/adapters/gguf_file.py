@@ -164,13 +164,12 @@ def file_type_name(path: Path, types: dict[str, int]) -> str:
         return dominant_type(types)
 
 
-def load_gguf(path: Path) -> Any:
-    """The GGUF file as a :class:`~servefit.adapters.model_source.LoadedModel`: its spec from
-    the header, every weight in one GGUF format whose bits per weight are the file's own
-    average (for the speed model), and the tensor table for exact bytes (for capacity)."""
+def gguf_spec(path: Path) -> tuple[Any, int]:
+    """The GGUF file's :class:`~servefit.core.model_spec.ModelSpec` (its header, every weight
+    in one GGUF format whose bits per weight are the file's own average, for the speed model;
+    the tensor table, for exact capacity) and the file's tensor bytes."""
     from dataclasses import replace
 
-    from servefit.adapters.model_source import LoadedModel
     from servefit.core.hf_config import spec_from_hf_config
     from servefit.core.quant import uniform_quant
     from servefit.core.quant_formats import WeightFormat
@@ -183,11 +182,4 @@ def load_gguf(path: Path) -> Any:
     bits = file_bytes * 8 / count_params(spec).total
     fmt = WeightFormat(name=f"gguf-{kind.lower()}", bits=bits, compute_dtype="fp16", scale_bytes=0)
     quant = uniform_quant(fmt, method=f"gguf {kind}", include_embedding=True)
-    spec = replace(spec, quant=quant, file_tensors=tensors)
-    return LoadedModel(
-        spec=spec,
-        origin="path",
-        source=str(path),
-        mamba_ssm_dtype=None,
-        checkpoint_bytes=file_bytes,
-    )
+    return replace(spec, quant=quant, file_tensors=tensors), file_bytes

@@ -179,10 +179,16 @@ def _checkpoint_bytes(index: Any, where: str = SAFETENSORS_INDEX_FILE) -> int | 
 
 def _from_path(path: Path) -> LoadedModel:
     if path.is_file() and path.suffix.lower() == ".gguf":
-        from servefit.adapters.gguf_file import load_gguf
+        from servefit.adapters.gguf_file import gguf_spec
 
-        loaded: LoadedModel = load_gguf(path)
-        return loaded
+        spec, file_bytes = gguf_spec(path)
+        return LoadedModel(
+            spec=spec,
+            origin="path",
+            source=str(path),
+            mamba_ssm_dtype=None,
+            checkpoint_bytes=file_bytes,
+        )
     folder = path if path.is_dir() else path.parent
     config_path = path / CONFIG_FILE if path.is_dir() else path
     if not config_path.is_file():

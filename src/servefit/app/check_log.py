@@ -1,6 +1,6 @@
 """``check-log``: a vLLM startup log held against the plan of the same deployment, line by
-line (an SGLang log goes to :mod:`servefit.app.check_sglang_log`). ``up`` uses the same
-comparison while the engine starts.
+line (:mod:`servefit.app.check_sglang_log` holds an SGLang log the same way). ``up`` uses the
+same comparison while the engine starts.
 
 Each quantity downstream of the KV budget is predicted twice: end to end (servefit's own
 budget: weights, activations, runtime), and given the KV memory the log reports (planned with
@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from servefit.adapters.sglang_log import SglangLog, is_sglang_log
+from servefit.adapters.sglang_log import SglangLog
 from servefit.adapters.vllm_log import LogFact, Refusal, StartupLog, refusal_detail
 from servefit.adapters.vllm_settings import serve_fields
 from servefit.app.deployment import Deployment, Hardware
@@ -329,11 +329,6 @@ def check_startup_log(
     ``d`` carries the user's model, hardware and flags; ``given_settings`` names the
     ServeSettings fields the user set explicitly (they win over the log's); without
     ``model_given`` the model is the one the log names."""
-    lines = list(lines)
-    if is_sglang_log(lines):
-        from servefit.app.check_sglang_log import check_sglang_log
-
-        return check_sglang_log(lines, d, given_settings=given_settings, model_given=model_given)
     log = StartupLog.read(lines)
     if not log.is_vllm_log:
         raise InvalidArgumentError(

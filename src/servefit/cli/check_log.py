@@ -106,14 +106,16 @@ def check_log(log: str, model: str | None, strict: bool, as_json: bool, **flags:
     offline. Exit 0 when the engine started (findings are printed), 1 when it refused (or,
     with --strict, when a quantity is off by more than 2 %), 2 on bad input.
     """
+    from servefit.adapters.sglang_log import is_sglang_log
     from servefit.app.check_log import check_startup_log, explain_refusal
+    from servefit.app.check_sglang_log import check_sglang_log
 
     try:
         given = _given_settings()
         d = build_deployment(model or "(from the log)", flags)
-        checked = check_startup_log(
-            _read_lines(log), d, given_settings=given, model_given=model is not None
-        )
+        lines = _read_lines(log)
+        check = check_sglang_log if is_sglang_log(lines) else check_startup_log
+        checked = check(lines, d, given_settings=given, model_given=model is not None)
     except ServefitError as error:
         fail(error)
     outcome = checked.outcome
