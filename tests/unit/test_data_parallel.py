@@ -329,3 +329,19 @@ def test_num_gpus_plans_qwen3_coder_480b_as_one_dp_ep_engine():
     command = doc["vllm_command"]
     assert ("--enable-expert-parallel" in command) == best["expert_parallel"]
     assert (f"--data-parallel-size {dp}" in command) == (dp > 1)
+
+
+def test_a_traces_requests_are_dealt_to_the_ranks_in_turn():
+    from servefit.core.workload import LengthDist, RequestSpec, Workload
+
+    trace = tuple(RequestSpec(arrival_s=None, input_len=100 + i, output_len=10) for i in range(10))
+    w = Workload(
+        input_len=LengthDist(mean=104),
+        output_len=LengthDist(mean=10),
+        concurrency=8,
+        requests=trace,
+    )
+    rank = rank_workload(w, 4)
+    # requests 0, 4, 8 go to the first rank (the busiest: 3 of the 10)
+    assert [r.input_len for r in rank.requests] == [100, 104, 108]
+    assert rank.concurrency == 2 and rank.resolved_num_requests() == 3

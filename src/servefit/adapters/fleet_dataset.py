@@ -45,13 +45,26 @@ LENGTH_TRACES = ("burstgpt", "azure", "mooncake")  # traces that record token co
 
 def read_dataset_lengths(path: Path, kind: str = "jsonl") -> DatasetLengths:
     """The lengths of a JSONL of token counts, or of a trace of ``kind``."""
+    requests = read_dataset_requests(path, kind)
+    return _summary([r[0] for r in requests], [r[1] for r in requests])
+
+
+def read_dataset_requests(
+    path: Path, kind: str = "jsonl"
+) -> tuple[tuple[int, int, float | None], ...]:
+    """Each request of the file as (prompt tokens, output tokens, arrival s or None), in
+    the file's order: what ``plan --dataset`` simulates, the requests bench sends."""
     if kind in LENGTH_TRACES:
         from servefit.bench.traces import read_trace
 
-        items = read_trace(kind, path)
-        return _summary(
-            [max(i.input_tokens or 1, 1) for i in items],
-            [max(i.output_tokens or 1, 1) for i in items],
+        return tuple(
+            (max(i.input_tokens or 1, 1), max(i.output_tokens or 1, 1), i.arrival_s)
+            for i in read_trace(kind, path)
+        )
+    if kind != "jsonl":
+        raise DatasetError(
+            f"--dataset-format {kind}: the lengths come from a JSONL of token counts or a "
+            f"trace that records them ({', '.join(LENGTH_TRACES)})"
         )
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -73,7 +86,7 @@ def read_dataset_lengths(path: Path, kind: str = "jsonl") -> DatasetLengths:
         outputs.append(_count(item, OUTPUT_KEYS, where))
     if not inputs:
         raise DatasetError(f"--dataset {path} holds no request")
-    return _summary(inputs, outputs)
+    return tuple((i, o, None) for i, o in zip(inputs, outputs, strict=True))
 
 
 def _summary(inputs: list[int], outputs: list[int]) -> DatasetLengths:

@@ -14,6 +14,7 @@ The two kinds of "concurrency" are kept apart:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from servefit.core.plan import ServeSettings
@@ -106,9 +107,31 @@ def default_workload(
     turns: int = 1,
     range_ratio: float = 0.0,
     num_requests: int | None = None,
+    requests: Sequence[tuple[int, int, float | None]] = (),
 ) -> Workload:
     """A workload from the CLI's flags. An open loop (a rate) without ``concurrency`` has no
-    client cap, as ``vllm bench serve --request-rate`` without ``--max-concurrency``."""
+    client cap, as ``vllm bench serve --request-rate`` without ``--max-concurrency``.
+    ``requests`` (``--dataset``): a trace's (prompt, output, arrival) requests, simulated as
+    they are; a trace with arrival times and neither a concurrency nor a rate is replayed."""
+    if requests:
+        from servefit.core.workload import LengthDist, RequestSpec
+
+        specs = tuple(RequestSpec(arrival_s=a, input_len=i, output_len=o) for i, o, a in requests)
+        timed = all(a is not None for _, _, a in requests)
+        if concurrency is None and request_rate_per_s is None and not timed:
+            concurrency = 1
+        mean_in = max(1, round(sum(r.input_len for r in specs) / len(specs)))
+        mean_out = max(1, round(sum(r.output_len for r in specs) / len(specs)))
+        base = fixed_workload(mean_in, mean_out, concurrency=concurrency or 1)
+        return replace(
+            base,
+            input_len=LengthDist(mean=mean_in),
+            output_len=LengthDist(mean=mean_out),
+            concurrency=concurrency,
+            request_rate_per_s=request_rate_per_s,
+            num_requests=num_requests,
+            requests=specs,
+        )
     if concurrency is None and request_rate_per_s is None:
         concurrency = 1
     return fixed_workload(
@@ -124,14 +147,9 @@ def default_workload(
 
 
 def longest_request_tokens(w: Workload) -> int:
-    """The most tokens one request of the workload holds: prompt and output at the top of
-    their ranges, or, for agent sessions, the last turn's whole history."""
-    if w.turns > 1:
-        per_turn = w.input_len.mean - w.prefix_len + w.output_len.mean
-        return w.prefix_len + w.turns * per_turn
-    top_in = int(w.input_len.mean * (1 + w.input_len.range_ratio))
-    top_out = int(w.output_len.mean * (1 + w.output_len.range_ratio))
-    return top_in + top_out
+    """The most tokens one request of the workload holds (:meth:`Workload.longest_request_
+    tokens`)."""
+    return w.longest_request_tokens()
 
 
 def deployment_from_vllm_command(

@@ -129,8 +129,13 @@ def judge(plan: CapacityPlan, d: Deployment, kv_band: ErrorBand | None = None) -
             held = max_concurrency(plan.layout, plan.num_blocks, tokens, r.max_num_batched_tokens)
             in_flight = w.concurrency
             if in_flight is None:
+                load = (
+                    "the trace replayed at its arrival times"
+                    if w.request_rate_per_s is None
+                    else f"open loop at {w.request_rate_per_s:g} req/s"
+                )
                 checks.append(
-                    f"open loop at {w.request_rate_per_s:g} req/s without a client cap: the "
+                    f"{load} without a client cap: the "
                     f"KV cache holds {held:,.1f} requests of {tokens:,} tokens; the "
                     "performance section shows whether they queue"
                 )

@@ -11,6 +11,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from servefit.cli.dataset_options import DATASET_OPTIONS, dataset_requests
 from servefit.cli.engine_options import apply_sglang_flags, engine_options
 from servefit.cli.types import FINITE_FLOAT, HUMAN_INT
 
@@ -230,7 +231,10 @@ WORKLOAD_OPTIONS = [
     ),
 ]
 
-_WORKLOAD_PARAMS = ("input_len", "output_len", "concurrency", "request_rate", "prefix_len", "turns")
+_WORKLOAD_PARAMS = (
+    *("input_len", "output_len", "concurrency", "request_rate", "prefix_len", "turns"),
+    "dataset",
+)
 
 # what a successful task is: `cost` and `report` (checked by core.cost.check_task_terms)
 TASK_OPTIONS = [
@@ -254,7 +258,7 @@ task_options = _apply(TASK_OPTIONS)
 model_source_options = _apply(MODEL_SOURCE_OPTIONS)
 serve_options = _apply(SERVE_OPTIONS)
 target_options = _apply(TARGET_OPTIONS)
-workload_options = _apply(WORKLOAD_OPTIONS)
+workload_options = _apply([*WORKLOAD_OPTIONS, *DATASET_OPTIONS])
 
 
 def scaling_options(num_gpus_help: str) -> Decorator:
@@ -329,6 +333,7 @@ def build_deployment(model: str, flags: dict[str, Any], **extra: Any) -> Any:
         turns=flags.pop("turns", 1),
         range_ratio=flags.pop("range_ratio", 0.0),
         num_requests=flags.pop("num_requests", None),
+        requests=dataset_requests(flags),
     )
     context = flags.pop("context_tokens", None)
     target_concurrency = flags.pop("target_concurrency", None)

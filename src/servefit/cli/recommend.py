@@ -25,21 +25,6 @@ from servefit.errors import InvalidArgumentError, ServefitError
     show_default=True,
     help="The SLO holds for this percentile of requests (50, 90, 95, 99).",
 )
-@click.option(
-    "--dataset",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="JSONL of token counts (input_len, output_len per line), or a trace "
-    "(--dataset-format): the lengths to plan for (replaces --input-len, --output-len and "
-    "--range-ratio).",
-)
-@click.option(
-    "--dataset-format",
-    type=click.Choice(["jsonl", "burstgpt", "azure", "mooncake"]),
-    default="jsonl",
-    show_default=True,
-    help="What --dataset is: servefit's JSONL of token counts, or a BurstGPT / Azure trace "
-    "CSV or a Mooncake trace JSONL (as bench --workload reads them).",
-)
 @click.option("--gpus", default="all", show_default=True, help="GPUs to search: A,B,... or all.")
 @click.option("--max-gpus", type=int, help="The fleet's GPU budget (also caps one replica).")
 @click.option("--max-usd-per-hour", type=FINITE_FLOAT, help="The fleet's budget in $/hour.")

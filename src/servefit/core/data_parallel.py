@@ -27,6 +27,10 @@ def rank_workload(w: Workload, dp: int) -> Workload:
     concurrency = None if w.concurrency is None else max(1, -(-w.concurrency // dp))
     rate = None if w.request_rate_per_s is None else w.request_rate_per_s / dp
     count = None if w.num_requests is None else max(1, -(-w.num_requests // dp))
+    if w.requests:  # a trace: every dp-th of its requests (the first rank's, the busiest)
+        return replace(
+            w, concurrency=concurrency, request_rate_per_s=rate, requests=w.requests[::dp]
+        )
     return replace(w, concurrency=concurrency, request_rate_per_s=rate, num_requests=count)
 
 

@@ -273,9 +273,7 @@ def plan_performance(
     )
     whole, workload = workload, rank_workload(workload, dp)  # one DP rank's share
     in_len, out_len = workload.input_len.mean, workload.output_len.mean
-    longest = int((in_len + out_len) * (1 + workload.input_len.range_ratio))
-    if workload.turns > 1:
-        longest = workload.prefix_len + workload.turns * (in_len - workload.prefix_len + out_len)
+    longest = workload.longest_request_tokens()
     if longest > r.max_model_len:
         raise InvalidArgumentError(
             f"requests of up to {longest:,} tokens (input + output"

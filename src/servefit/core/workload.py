@@ -72,8 +72,22 @@ class Workload:
     prefix_len: int = 0
     turns: int = 1
     seed: int = 0
+    # a recorded trace's requests (``--dataset``), simulated as they are instead of drawn
+    # from the lengths above (which then hold the trace's means); with arrival times and
+    # neither a concurrency nor a rate, replayed at those times
+    requests: tuple[RequestSpec, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.requests:
+            if self.turns != 1 or self.prefix_len:
+                raise InvalidArgumentError(
+                    "--dataset's requests are single prompts: drop --turns and --prefix-len"
+                )
+            if self.num_requests is not None and self.num_requests != len(self.requests):
+                raise InvalidArgumentError(
+                    f"--num-requests {self.num_requests} but --dataset holds "
+                    f"{len(self.requests)}: give one"
+                )
         if self.concurrency is not None and self.concurrency < 1:
             raise InvalidArgumentError(f"--concurrency must be >= 1, got {self.concurrency}")
         if self.concurrency is not None and self.concurrency > MAX_CONCURRENCY:
@@ -85,7 +99,7 @@ class Workload:
         rate = self.request_rate_per_s
         if rate is not None and not 0 < rate < float("inf"):  # NaN fails too
             raise InvalidArgumentError(f"--request-rate must be positive, got {rate}")
-        if self.concurrency is None and self.request_rate_per_s is None:
+        if self.concurrency is None and self.request_rate_per_s is None and not self.is_replay:
             raise InvalidArgumentError("a workload needs --concurrency or --request-rate")
         if self.output_len.mean < 1:
             raise InvalidArgumentError("--output-len must be >= 1 (a request makes a token)")
@@ -115,11 +129,36 @@ class Workload:
             )
 
     @property
+    def is_replay(self) -> bool:
+        """A trace sent at its own arrival times (no concurrency, no rate given)."""
+        return (
+            bool(self.requests)
+            and self.concurrency is None
+            and self.request_rate_per_s is None
+            and all(r.arrival_s is not None for r in self.requests)
+        )
+
+    @property
     def is_closed_loop(self) -> bool:
-        return self.request_rate_per_s is None
+        return self.request_rate_per_s is None and not self.is_replay
+
+    def longest_request_tokens(self) -> int:
+        """The most tokens one request holds: a trace's longest, else prompt and output at
+        the top of their ranges, or, for agent sessions, the last turn's whole history."""
+        if self.requests:
+            return max(r.input_len + r.output_len for r in self.requests)
+        if self.turns > 1:
+            per_turn = self.input_len.mean - self.prefix_len + self.output_len.mean
+            return self.prefix_len + self.turns * per_turn
+        top_in = int(self.input_len.mean * (1 + self.input_len.range_ratio))
+        top_out = int(self.output_len.mean * (1 + self.output_len.range_ratio))
+        return top_in + top_out
 
     def resolved_num_requests(self) -> int:
-        """Enough requests for a steady state: every user sends several."""
+        """Enough requests for a steady state: every user sends several (a trace: all of
+        its requests)."""
+        if self.requests:
+            return len(self.requests)
         if self.num_requests is not None:
             return self.num_requests
         users = self.concurrency or 1
@@ -139,6 +178,18 @@ class Workload:
         def length(d: LengthDist) -> str:
             return f"{d.mean}" + (f" (+/-{d.range_ratio:.0%})" if d.range_ratio else "")
 
+        if self.requests:
+            load = (
+                "replayed at the trace's arrival times"
+                if self.is_replay
+                else f"{self.concurrency} concurrent"
+                if self.is_closed_loop
+                else f"Poisson {self.request_rate_per_s:g} req/s"
+            )
+            return (
+                f"{len(self.requests):,} requests of a trace (mean {self.input_len.mean} in / "
+                f"{self.output_len.mean} out tokens), {load}"
+            )
         load = (
             f"{self.concurrency} concurrent"
             if self.is_closed_loop
@@ -166,6 +217,19 @@ def sample_requests(w: Workload) -> tuple[RequestSpec, ...]:
     from random import Random  # imported here: a capacity-only plan never samples
 
     rng = Random(w.seed)  # seeded: the same workload gives the same requests
+    if w.requests:  # a trace: its requests, at its times only when replayed
+        if w.is_replay:
+            return w.requests
+        out, t = [], 0.0
+        for r in w.requests:
+            arrival = None
+            if w.request_rate_per_s is not None:
+                t += rng.expovariate(w.request_rate_per_s)
+                arrival = t
+            out.append(
+                RequestSpec(arrival_s=arrival, input_len=r.input_len, output_len=r.output_len)
+            )
+        return tuple(out)
     out = []
     t = 0.0
     for _ in range(w.resolved_num_requests()):
