@@ -52,6 +52,8 @@ def parse_standard(f: Fields, name: str) -> ModelSpec:
         window = window_of(f)
         base_window, max_window_layers = window, 0
     types = layer_types_of(f, n)
+    if model_type == "exaone4":  # "LLLG": local (sliding) and global layers, repeating
+        types = _exaone4_types(f.text("sliding_window_pattern"), n, types, name)
     flags = {
         "has_qkv_bias": f.bool("attention_bias", default=model_type == "qwen2"),
         "has_qk_norm": model_type in ("qwen3", "qwen3_vl_text"),
@@ -65,7 +67,25 @@ def parse_standard(f: Fields, name: str) -> ModelSpec:
             w = window_of(f) if types[i] == "sliding_attention" else None
         attn = attention_spec(f, window=w, **flags)
         layers.append(LayerSpec(mixer=attn, mlp=dense_mlp_spec(f)))
-    return build_spec(f, name=name, layers=layers, tie_default=False)
+    # transformers' SmolLM3Config ties the embeddings unless told otherwise (its checkpoints
+    # leave the field out); the other families here default to untied
+    return build_spec(f, name=name, layers=layers, tie_default=model_type == "smollm3")
+
+
+def _exaone4_types(pattern: str, n: int, types: list[str] | None, name: str) -> list[str] | None:
+    """EXAONE 4's ``sliding_window_pattern`` ("LLLG": three local layers, one global) as
+    layer types (transformers Exaone4Config), held to its ``layer_types`` when both are set."""
+    if not pattern:
+        return types
+    if set(pattern) - {"L", "G"}:
+        raise ConfigError(f"{name}: sliding_window_pattern {pattern!r} is not made of L and G")
+    derived = [
+        "full_attention" if pattern[i % len(pattern)] == "G" else "sliding_attention"
+        for i in range(n)
+    ]
+    if types is not None and list(types) != derived:
+        raise ConfigError(f"{name}: layer_types disagree with sliding_window_pattern {pattern!r}")
+    return derived
 
 
 def parse_gemma(f: Fields, name: str) -> ModelSpec:
