@@ -135,3 +135,11 @@ def test_a_file_that_is_not_gguf_is_a_clear_error(tmp_path):
     bad.write_bytes(b"not a gguf file at all")
     result = CliRunner().invoke(cli, ["plan", str(bad), "--gpu", "RTX-4090"])
     assert result.exit_code == 2 and "not a readable GGUF file" in result.output
+
+
+def test_a_gguf_file_takes_no_second_type_and_a_mac_no_second_gpu(tmp_path):
+    path = _write(tmp_path / "tiny.gguf")
+    result = CliRunner().invoke(cli, ["plan", str(path), "--gpu", "RTX-4090", "--gguf", "Q4_K_M"])
+    assert result.exit_code == 2 and "is a GGUF file already" in result.output
+    result = CliRunner().invoke(cli, ["plan", str(path), "--gpu", "M2-Ultra", "-pp", "2"])
+    assert result.exit_code == 2 and "a Mac has one GPU" in result.output

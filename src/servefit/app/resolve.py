@@ -145,6 +145,11 @@ def resolve(
     if loaded is None:
         loaded = load_model(d.model, revision=d.revision, allow_hub=d.allow_hub)
     if d.gguf is not None:
+        if loaded.spec.file_tensors:
+            raise InvalidArgumentError(
+                f"--gguf {d.gguf}: {d.model} is a GGUF file already, of its own type; drop "
+                "--gguf (quantize the file with llama-quantize for another type)"
+            )
         loaded = as_gguf(loaded, d.gguf)
     engine = select_engine(d.engine, gpu, loaded.spec)
     for flag, value in (

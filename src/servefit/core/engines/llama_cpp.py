@@ -82,6 +82,12 @@ class LlamaCppEngine:
         """Whether ``-c P x L -np P`` starts, with P and L from the target (or the flags)."""
         kv_dtype = _check_flags(settings)
         is_apple = gpu.vendor == "apple"
+        if is_apple and settings.pipeline_parallel_size > 1:
+            raise InvalidArgumentError(
+                f"--pipeline-parallel-size {settings.pipeline_parallel_size}: a Mac has one GPU "
+                f"({gpu.name}, unified memory); llama.cpp splits layers over several GPUs of "
+                "one machine. Plan one device"
+            )
         total = um.device_memory_bytes(gpu) if is_apple else gpu.cuda_total_bytes
         default_fraction = um.default_wired_fraction(total) if is_apple else 1.0
         fraction = settings.gpu_memory_utilization or default_fraction
