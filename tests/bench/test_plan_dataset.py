@@ -89,3 +89,15 @@ def test_a_malformed_dataset_line_is_a_usage_error(tmp_path):
         cli, ["plan", "Qwen/Qwen3-8B", "--gpu", "H100", "--offline", "--dataset", str(path)]
     )
     assert result.exit_code == 2 and "line 1" in result.output
+
+
+def test_lengths_given_beside_a_dataset_are_refused(tmp_path):
+    path = tmp_path / "counts.jsonl"
+    path.write_text('{"input_len": 100, "output_len": 10}\n')
+    for flags in (("--input-len", "500"), ("--range-ratio", "0.2"), ("--turns", "2")):
+        result = CliRunner().invoke(
+            cli,
+            ["plan", "Qwen/Qwen3-8B", "--gpu", "H100", "--offline", "--dataset", str(path), *flags],
+        )
+        assert result.exit_code == 2, (flags, result.output)
+        assert flags[0] in result.output

@@ -130,6 +130,8 @@ def default_workload(
             concurrency=concurrency,
             request_rate_per_s=request_rate_per_s,
             num_requests=num_requests,
+            prefix_len=prefix_len,
+            turns=turns,
             requests=specs,
         )
     if concurrency is None and request_rate_per_s is None:

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 DATASET_FORMATS = ("jsonl", "burstgpt", "azure", "mooncake")
+LENGTH_PARAMS = ("input_len", "output_len", "range_ratio")  # what a dataset's lines replace
 
 DATASET_OPTIONS = [
     click.option(
@@ -38,6 +39,21 @@ def dataset_requests(flags: dict[str, Any]) -> tuple[tuple[int, int, float | Non
     path, kind = flags.pop("dataset", None), flags.pop("dataset_format", "jsonl")
     if path is None:
         return ()
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        from click.core import ParameterSource
+
+        from servefit.errors import InvalidArgumentError
+
+        given = [
+            "--" + name.replace("_", "-")
+            for name in LENGTH_PARAMS
+            if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)
+        ]
+        if given:
+            raise InvalidArgumentError(
+                f"{', '.join(given)} and --dataset: the file gives each request's lengths; drop one"
+            )
     from servefit.adapters.fleet_dataset import read_dataset_requests
 
     return read_dataset_requests(path, kind)
