@@ -345,3 +345,8 @@ def test_a_traces_requests_are_dealt_to_the_ranks_in_turn():
     # requests 0, 4, 8 go to the first rank (the busiest: 3 of the 10)
     assert [r.input_len for r in rank.requests] == [100, 104, 108]
     assert rank.concurrency == 2 and rank.resolved_num_requests() == 3
+    assert rank.request_rate_per_s is None
+    # an open loop over the trace: each rank gets a quarter of the rate
+    poisson = replace(w, concurrency=None, request_rate_per_s=8.0)
+    assert rank_workload(poisson, 4).request_rate_per_s == 2.0
+    assert rank_workload(poisson, 4).concurrency is None
