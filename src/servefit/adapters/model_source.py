@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,8 @@ class LoadedModel:
     catalog_note: str | None = None
     # an EAGLE-3 head's own vocabulary (``draft_vocab_size``: its LM head's rows)
     draft_vocab_size: int | None = None
+    # the context the model is served with unless told otherwise (an Ollama model's num_ctx)
+    default_max_model_len: int | None = None
 
 
 def _draft_vocab_size(config: Any) -> int | None:
@@ -177,18 +179,22 @@ def _checkpoint_bytes(index: Any, where: str = SAFETENSORS_INDEX_FILE) -> int | 
     return size
 
 
+def _from_gguf(path: Path) -> LoadedModel:
+    from servefit.adapters.gguf_file import gguf_spec
+
+    spec, file_bytes = gguf_spec(path)
+    return LoadedModel(
+        spec=spec,
+        origin="path",
+        source=str(path),
+        mamba_ssm_dtype=None,
+        checkpoint_bytes=file_bytes,
+    )
+
+
 def _from_path(path: Path) -> LoadedModel:
     if path.is_file() and path.suffix.lower() == ".gguf":
-        from servefit.adapters.gguf_file import gguf_spec
-
-        spec, file_bytes = gguf_spec(path)
-        return LoadedModel(
-            spec=spec,
-            origin="path",
-            source=str(path),
-            mamba_ssm_dtype=None,
-            checkpoint_bytes=file_bytes,
-        )
+        return _from_gguf(path)
     folder = path if path.is_dir() else path.parent
     config_path = path / CONFIG_FILE if path.is_dir() else path
     if not config_path.is_file():
@@ -375,6 +381,16 @@ def load_model(
 ) -> LoadedModel:
     """Resolve ``model`` (path, catalog id or Hub id) to a :class:`LoadedModel`.
     ``allow_path=False`` (the web page's requests) never reads a local file."""
+    if allow_path and model.startswith("ollama:"):  # a model Ollama pulled: its GGUF blob
+        from servefit.adapters.ollama_store import find_ollama_model
+
+        pulled = find_ollama_model(model)
+        return replace(
+            _from_gguf(pulled.gguf_path),
+            origin="ollama",
+            source=f"{model} ({pulled.gguf_path})",
+            default_max_model_len=pulled.num_ctx,
+        )
     path = Path(model).expanduser()
     if allow_path and _is_existing_path(path, model):
         return _from_path(path)

@@ -156,6 +156,7 @@ def plan_deployment(
     """Plan ``d``: capacity, verdict, performance and (when it does not fit) the one
     recommendation, re-planned and verified."""
     resolved = resolved or resolve(d)
+    d = resolved.deployment  # as resolved (an Ollama model at its num_ctx)
     plan, bands, verdict = judged(resolved, d)
     perf, note = (None, "not asked for (--no-performance)")
     if with_performance:
@@ -202,6 +203,7 @@ def with_limit_sources(verdict: Verdict, resolved: Resolved) -> Verdict:
         "catalog": f"the bundled entry for {resolved.model_id} ({loaded.source})",
         "path": f"the config file {loaded.source}",
         "hub": f"the config.json of {loaded.source}",
+        "ollama": f"the GGUF header of {loaded.source}",
     }.get(loaded.origin, "the uploaded config")
     reasons = tuple(
         f"{r} (max_position_embeddings from {where})" if "max_position_embeddings" in r else r

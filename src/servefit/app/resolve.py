@@ -3,7 +3,7 @@ the efficiency profile. The only place the use cases touch files, the catalog or
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -144,6 +144,14 @@ def resolve(
         gpu = resolve_gpu(d.hardware, calibration)
     if loaded is None:
         loaded = load_model(d.model, revision=d.revision, allow_hub=d.allow_hub)
+    if loaded.origin == "ollama" and d.settings.max_model_len is None:
+        if loaded.default_max_model_len is None:
+            raise InvalidArgumentError(
+                f"{d.model}: Ollama serves it at its num_ctx, which its params do not set "
+                "(Ollama's default depends on its release and the GPU): give --max-model-len, "
+                "the num_ctx you run it with"
+            )
+        d = d.with_settings(replace(d.settings, max_model_len=loaded.default_max_model_len))
     if d.gguf is not None:
         if loaded.spec.file_tensors:
             raise InvalidArgumentError(

@@ -188,7 +188,9 @@ class LlamaCppEngine:
         """``llama-server -m FILE.gguf -c P*L -np P -ngl 99`` (``-hf`` for a Hub repository)."""
         r = plan.settings
         method = plan.model.quant.method
-        if model_id.lower().endswith(".gguf"):
+        if plan.model.file_tensors:  # a GGUF file read (a path, or the blob Ollama pulled)
+            source = ["-m", plan.model.name]
+        elif model_id.lower().endswith(".gguf"):
             source = ["-m", model_id]
         elif method.startswith("gguf "):  # a checkpoint planned as a GGUF of one type (--gguf)
             kind = method.removeprefix("gguf ")
