@@ -114,3 +114,9 @@ def test_an_sglang_log_without_a_pool_is_refused(tmp_path):
         "[x TP0] Load weight begin. avail mem=21.63 GB\n", tmp_path, "Qwen/QwQ-32B", "--gpu", "L4"
     )
     assert code == 2 and "no pool size" in out
+
+
+def test_a_server_args_value_of_the_wrong_type_is_named(tmp_path):
+    line = "[x] server_args=ServerArgs(model_path='Qwen/QwQ-32B', tp_size='four')"
+    code, out = _check(line + "\n" + QWQ_L4, tmp_path, "--gpu", "L4")
+    assert code == 2 and "tp_size='four'" in out

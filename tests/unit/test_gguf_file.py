@@ -143,3 +143,12 @@ def test_a_gguf_file_takes_no_second_type_and_a_mac_no_second_gpu(tmp_path):
     assert result.exit_code == 2 and "is a GGUF file already" in result.output
     result = CliRunner().invoke(cli, ["plan", str(path), "--gpu", "M2-Ultra", "-pp", "2"])
     assert result.exit_code == 2 and "a Mac has one GPU" in result.output
+
+
+@pytest.mark.parametrize("keep", [200, 4000])
+def test_a_truncated_gguf_is_a_clear_error(tmp_path, keep):
+    whole = _write(tmp_path / "tiny.gguf").read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(whole[:keep])
+    result = CliRunner().invoke(cli, ["plan", str(cut), "--gpu", "RTX-4090"])
+    assert result.exit_code == 2 and "not a readable GGUF file" in result.output

@@ -65,8 +65,10 @@ def _reader(path: Path) -> Any:
         ) from None
     try:
         return GGUFReader(path, "r")
-    except (ValueError, OSError, IndexError, KeyError) as exc:
-        raise ConfigError(f"{path}: not a readable GGUF file ({exc})") from None
+    except Exception as exc:  # a third-party parser on any bytes: every failure is the file's
+        raise ConfigError(
+            f"{path}: not a readable GGUF file ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 def parts_of(path: Path) -> list[Path]:
@@ -86,10 +88,11 @@ def parts_of(path: Path) -> list[Path]:
 
 
 def _value(reader: Any, key: str) -> Any:
-    field = reader.get_field(key)
-    if field is None:
-        return None
-    return field.contents()
+    try:
+        field = reader.get_field(key)
+        return None if field is None else field.contents()
+    except Exception as exc:  # a malformed metadata value
+        raise ConfigError(f"GGUF metadata {key}: unreadable ({type(exc).__name__})") from None
 
 
 def read_gguf(path: Path) -> tuple[dict[str, Any], tuple[FileTensor, ...], dict[str, int]]:

@@ -34,15 +34,31 @@ _SETTING_OF_ARG = {
 _KV_DTYPES = {"fp8_e4m3": "fp8", "fp8_e5m2": "fp8_e5m2", "auto": "auto", "bf16": "bfloat16"}
 
 
+_INT_ARGS = frozenset(
+    {"tp_size", "pp_size", "context_length", "chunked_prefill_size", "max_running_requests"}
+)
+
+
 def settings_from_server_args(args: dict[str, Any]) -> dict[str, Any]:
-    """The ServeSettings fields an SGLang ``ServerArgs`` line states (None values left out)."""
+    """The ServeSettings fields an SGLang ``ServerArgs`` line states (None values left out);
+    a value of the wrong type is a clear error naming it."""
     out: dict[str, Any] = {}
     for arg, setting in _SETTING_OF_ARG.items():
         value = args.get(arg)
         if value is None:
             continue
+        if arg in _INT_ARGS:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif arg == "mem_fraction_static":
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, str)
+        if not ok:
+            raise InvalidArgumentError(
+                f"the log's server_args {arg}={value!r} is not a value SGLang takes there"
+            )
         if arg == "kv_cache_dtype":
-            value = _KV_DTYPES.get(str(value), str(value))
+            value = _KV_DTYPES.get(value, value)
         out[setting] = value
     return out
 

@@ -442,7 +442,10 @@ function showView(view) {
     tab.setAttribute("aria-pressed", String(tab.dataset.view === view));
   }
   for (const name of ["plan", "compare", "fit", "runs"]) $(`view-${name}`).hidden = name !== view;
-  if (view === "fit" && !$("fit-gpu").value) $("fit-gpu").value = $("gpu").value || "A40";
+  if (view === "fit" && !page.fitGpuSet && $("gpu").value) {
+    $("fit-gpu").value = $("gpu").value;  // first opened: the plan's GPU
+    page.fitGpuSet = true;
+  }
   if (view === "compare") {
     if (!$("compare-models").value) $("compare-models").value = $("model").value;
     if (!$("compare-gpus").value) $("compare-gpus").value = $("gpu").value || "A40";
@@ -486,6 +489,7 @@ async function start() {
   writeForm(params.get("model") ? params : new URLSearchParams(SEED));
   for (const key of ["compare-models", "compare-gpus"]) $(key).value = params.get(key) || "";
   for (const key of FIT_FIELDS) if (params.get(key)) $(key).value = params.get(key);
+  page.fitGpuSet = Boolean(params.get("fit-gpu"));
   page.run = params.get("run") || "";
   showView(["compare", "fit", "runs"].includes(params.get("view")) ? params.get("view") : "plan");
   $("form").addEventListener("input", schedulePlan);
