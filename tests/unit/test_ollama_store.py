@@ -91,3 +91,21 @@ def test_a_model_not_in_the_store_is_named(tmp_path, monkeypatch, model, words):
     root = _store(tmp_path, params={"num_ctx": 4096})
     code, out = _plan(root, monkeypatch, model)
     assert code == 2 and words in out
+
+
+def test_fit_ranks_the_pulled_models_beside_the_catalog(tmp_path, monkeypatch):
+    root = _store(tmp_path)  # no params: fit plans it at the task's context all the same
+    monkeypatch.setenv("OLLAMA_MODELS", str(root))
+    result = CliRunner().invoke(
+        cli, ["fit", "--gpu", "RTX-4090", "--ollama", "--search", "ollama:tiny", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.output)["rows"]
+    assert row["model"] == "ollama:tiny:q8" and row["engine"] == "llama.cpp" and row["fits"]
+    assert row["weights_bytes_per_gpu"] == LAYERS * LAYER + HEAD  # the file's own bytes
+    # the tiny model's own context (4,096) caps the chat task's 8,192
+    assert row["context_tokens"] == 4096
+    empty = tmp_path / "empty"
+    monkeypatch.setenv("OLLAMA_MODELS", str(empty))
+    result = CliRunner().invoke(cli, ["fit", "--gpu", "RTX-4090", "--ollama"])
+    assert result.exit_code == 2 and "no model in the Ollama store" in result.output

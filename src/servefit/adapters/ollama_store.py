@@ -118,3 +118,20 @@ def _json(path: Path, limit: int, what: str) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelNotFoundError(f"{path}: not a readable Ollama {what} ({exc})") from None
+
+
+def pulled_models(root: Path | None = None) -> tuple[str, ...]:
+    """Every model in Ollama's store, as ``ollama:NAME:TAG`` (``library`` names bare, as
+    ``ollama list`` shows them), sorted; none when there is no store."""
+    root = root or models_dir()
+    base = root / "manifests" / REGISTRY
+    if not base.is_dir():
+        return ()
+    names = []
+    for manifest in sorted(base.glob("*/*/*")):
+        if not manifest.is_file():
+            continue
+        namespace, model, tag = manifest.relative_to(base).parts
+        name = model if namespace == "library" else f"{namespace}/{model}"
+        names.append(f"{PREFIX}{name}:{tag}")
+    return tuple(names)

@@ -137,6 +137,8 @@ def fit_models(
     skipped: list[str] = []
     for model_id in model_ids:
         base = Deployment(model=model_id, hardware=hardware, allow_hub=False)
+        if model_id.startswith("ollama:"):  # planned at the task's context, not its num_ctx
+            base = base.with_settings(replace(base.settings, max_model_len=wanted))
         loaded = None
         for flags, d in _variants(base, gguf):
             try:

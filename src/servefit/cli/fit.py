@@ -27,6 +27,12 @@ from servefit.errors import ServefitError
 @click.option("--context", "context_tokens", type=int, help="The context in tokens instead.")
 @click.option("--search", metavar="TEXT", help="Only the models whose id holds every word.")
 @click.option("--gguf", metavar="TYPE", help="Also plan each model as a GGUF of this type.")
+@click.option(
+    "--ollama",
+    is_flag=True,
+    help="Also plan every model Ollama has pulled here (its store: OLLAMA_MODELS or "
+    "~/.ollama/models), each from its GGUF file.",
+)
 @click.option("--top", type=int, default=20, show_default=True, help="Rows to print (0: all).")
 @click.option("--json", "as_json", is_flag=True, help="Every row as JSON.")
 def fit(
@@ -37,6 +43,7 @@ def fit(
     context_tokens: int | None,
     search: str | None,
     gguf: str | None,
+    ollama: bool,
     top: int,
     as_json: bool,
 ) -> None:
@@ -52,7 +59,20 @@ def fit(
     if top < 0:
         raise click.UsageError(f"--top must be >= 0, got {top}")
     try:
-        ids = matching_models(model_ids(), search)
+        known = list(model_ids())
+        if ollama:
+            from servefit.adapters.ollama_store import models_dir, pulled_models
+
+            pulled = pulled_models()
+            if not pulled:
+                from servefit.errors import InvalidArgumentError
+
+                raise InvalidArgumentError(
+                    f"--ollama: no model in the Ollama store at {models_dir()} (`ollama pull` "
+                    "one, or set OLLAMA_MODELS)"
+                )
+            known += pulled
+        ids = matching_models(known, search)
         hardware = Hardware(
             gpu=None if gpu_memory_gib is not None and gpu == "auto" else gpu,
             memory_gib=gpu_memory_gib,
