@@ -278,6 +278,7 @@ class OpenAIClient:
             error=None if error is None else self._redact(error),
             http_status=state.http_status,
             endpoint=request.endpoint,
+            model=request.extra.get("model"),
             replica=replica,
             session_id=request.session_id,
             turn=request.turn,

@@ -87,6 +87,9 @@ class BenchConfig:
     tokenizer_path: str | None = None  # count prompt tokens locally instead of /tokenize
     workers: int = 1  # client processes (each its own event loop) for rates one core cannot drive
     max_error_rate: float = 0.0  # the run fails (exit 1) when more of its requests failed
+    # --lora-modules: the adapters' names the server serves (vllm serve --lora-modules);
+    # request i asks for adapter i mod N by its name, the base model none of them
+    lora_modules: tuple[str, ...] = ()
     # "user:password" from the URLs' user-info, sent as HTTP Basic authentication; never
     # shown (repr) and never in a document (the URLs above are stored without it)
     credentials: str | None = field(default=None, repr=False)
@@ -258,6 +261,16 @@ def local_token_counter(path: str) -> Any:
     return count
 
 
+def lora_names(given: Sequence[str]) -> tuple[str, ...]:
+    """``--lora-modules a b`` or ``a,b`` (vLLM bench's spelling: names; ``name=path`` as
+    ``vllm serve`` takes them is read as its name)."""
+    names = [n.split("=", 1)[0].strip() for item in given for n in item.split(",")]
+    names = [n for n in names if n]
+    if len(names) != len(set(names)):
+        raise InvalidArgumentError(f"--lora-modules names an adapter twice: {', '.join(names)}")
+    return tuple(names)
+
+
 def bench_setup(
     *,
     url: str,
@@ -299,6 +312,7 @@ def bench_setup(
     slo_tpot_ms: float | None = None,
     slo_e2el_ms: float | None = None,
     goodput: Sequence[str] = (),
+    lora_modules: Sequence[str] = (),
 ) -> tuple[BenchConfig, LoadLevels]:
     """``servefit bench``'s flags as a run's configuration and its load levels; every
     inconsistency is an :class:`InvalidArgumentError` naming the flag."""
@@ -369,6 +383,7 @@ def bench_setup(
         tokenizer_path=tokenizer_path,
         workers=workers,
         max_error_rate=max_error_rate,
+        lora_modules=lora_names(lora_modules),
     )
     if tokenizer_path:
         local_token_counter(tokenizer_path)  # fail now, not mid-run

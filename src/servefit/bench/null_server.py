@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,6 +67,7 @@ class NullServer:
     def __init__(self, config: NullServerConfig) -> None:
         self.config = config
         self.requests_total = 0
+        self.models_asked: Counter[str] = Counter()  # requests by the model name asked for
         self.tokens_total = 0
         self._slots = asyncio.Semaphore(config.max_concurrency) if config.max_concurrency else None
         self.running = 0
@@ -160,6 +162,7 @@ class NullServer:
         pieces = [" tok"] * n if answer is None else [f" {w}" for w in answer.split()][:n]
         n = len(pieces)
         self.requests_total += 1
+        self.models_asked[str(body.get("model"))] += 1
         if not body.get("stream"):
             await asyncio.sleep(self.config.ttft_s + self.config.itl_s * max(n - 1, 0))
             self.tokens_total += n

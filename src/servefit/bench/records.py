@@ -32,6 +32,7 @@ class RequestRecord(BaseModel):
     error: str | None = None
     http_status: int | None = None
     endpoint: str = "completions"
+    model: str | None = None  # the model name asked for when it is not the run's (an adapter)
     replica: int = 0
     session_id: int | None = None
     turn: int | None = None

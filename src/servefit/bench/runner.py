@@ -291,7 +291,7 @@ async def _send_all(
     if cfg.workload.kind == "agent":
         await _run_agents(client, cfg, clock, writer, count)
         return
-    requests = await build_requests(cfg.workload, count)
+    requests = with_adapters(await build_requests(cfg.workload, count), cfg.lora_modules)
     warm = [
         Request(**{**_fields(r), "request_id": -1 - i, "is_warmup": True})
         for i, r in enumerate(requests[: cfg.warmup_requests])
@@ -303,6 +303,17 @@ async def _send_all(
         await run_in_processes(cfg, client.model, api_key, requests, clock, writer, deadline)
     else:
         await run_flat(client, requests, cfg.schedule, clock, writer, deadline)
+
+
+def with_adapters(requests: list[Request], names: tuple[str, ...]) -> list[Request]:
+    """Each request sent to a LoRA adapter in turn, by its name in the ``model`` field (as
+    vLLM serves adapters: ``vllm serve --lora-modules name=path``)."""
+    if not names:
+        return requests
+    return [
+        Request(**{**_fields(r), "extra": {**r.extra, "model": names[i % len(names)]}})
+        for i, r in enumerate(requests)
+    ]
 
 
 def _fields(request: Request) -> dict[str, Any]:

@@ -160,6 +160,13 @@ BENCH_OPTIONS = [
         show_default=True,
         help="Fraction of requests (0-1) that may fail (errored or cut) before the run exits 1.",
     ),
+    _opt(
+        "--lora-modules",
+        multiple=True,
+        metavar="NAME[,NAME...]",
+        help="LoRA adapters the server serves (vllm serve --lora-modules): requests ask for "
+        "them in turn by name.",
+    ),
     _opt("--slo-ttft-ms", type=FINITE_FLOAT, help="Goodput: TTFT limit in ms."),
     _opt("--slo-tpot-ms", type=FINITE_FLOAT, help="Goodput: time-per-output-token limit in ms."),
     _opt("--slo-e2el-ms", type=FINITE_FLOAT, help="Goodput: end-to-end latency limit in ms."),
