@@ -155,8 +155,9 @@ def plan_deployment(
 ) -> PlanOutcome:
     """Plan ``d``: capacity, verdict, performance and (when it does not fit) the one
     recommendation, re-planned and verified."""
-    resolved = resolved or resolve(d)
-    d = resolved.deployment  # as resolved (an Ollama model at its num_ctx)
+    if resolved is None:
+        resolved = resolve(d)
+        d = resolved.deployment  # as resolved (an Ollama model at its num_ctx)
     plan, bands, verdict = judged(resolved, d)
     perf, note = (None, "not asked for (--no-performance)")
     if with_performance:
