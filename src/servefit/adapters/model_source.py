@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from servefit.adapters.catalog import find_catalog_model, model_ids
+from servefit.adapters.ollama_store import find_ollama_model, is_ollama_name
 from servefit.core.hf_config import spec_from_hf_config, state_dtype
 from servefit.core.hf_values import show
 from servefit.core.model_spec import ModelSpec
@@ -381,9 +382,7 @@ def load_model(
 ) -> LoadedModel:
     """Resolve ``model`` (path, catalog id or Hub id) to a :class:`LoadedModel`.
     ``allow_path=False`` (the web page's requests) never reads a local file."""
-    if allow_path and model.startswith("ollama:"):  # a model Ollama pulled: its GGUF blob
-        from servefit.adapters.ollama_store import find_ollama_model
-
+    if allow_path and is_ollama_name(model):  # a model Ollama pulled: its GGUF blob
         pulled = find_ollama_model(model)
         return replace(
             _from_gguf(pulled.gguf_path),

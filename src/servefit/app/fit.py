@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from servefit.adapters.ollama_store import is_ollama_name
 from servefit.app.deployment import Deployment, Hardware
 from servefit.app.fleet_search import has_fp8
 from servefit.app.plan import judged
@@ -137,7 +138,7 @@ def fit_models(
     skipped: list[str] = []
     for model_id in model_ids:
         base = Deployment(model=model_id, hardware=hardware, allow_hub=False)
-        if model_id.startswith("ollama:"):  # planned at the task's context, not its num_ctx
+        if is_ollama_name(model_id):  # planned at the task's context, not its num_ctx
             base = base.with_settings(replace(base.settings, max_model_len=wanted))
         loaded = None
         for flags, d in _variants(base, gguf):
