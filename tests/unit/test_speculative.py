@@ -6,6 +6,7 @@ benchmarks/fidelity/startup_logs.json (GB10, MTP k=2 and its baseline)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -276,7 +277,11 @@ def _timers(catalog_model, gpu, rate: float, k: int):
     )
     m = model_coeffs(target)
     base = make_timer(m, device, profile)
-    draft_timer = make_timer(model_coeffs(speculation.draft), device, profile)
+    # a draft pass pays the profile's draft_pass_overhead_s, not a whole step's overhead
+    per_pass = replace(
+        profile, step_overhead_s=profile.draft_pass_overhead_s, per_seq_overhead_s=0.0
+    )
+    draft_timer = make_timer(model_coeffs(speculation.draft), device, per_pass)
     return base, draft_timer, speculative_timer(m, device, profile, speculation), speculation
 
 
@@ -287,6 +292,16 @@ def test_a_decode_step_is_the_verification_and_the_drafts_over_the_tokens_kept(c
     drafts = 3 * draft(StepShape(decode_contexts=contexts)).time_s
     expected = (verify + drafts) / speculation.expected_tokens_per_step
     assert timer(StepShape(decode_contexts=contexts)).time_s == pytest.approx(expected)
+
+
+def test_a_draft_pass_pays_its_own_overhead_not_a_steps(catalog_model, gpu):
+    from servefit.adapters.catalog import efficiency_table
+
+    profile = efficiency_table().for_gpu(gpu("H100-SXM"), "vllm")
+    # vLLM's profile: a step's fixed cost 1.6 ms + 20 us a sequence, a draft pass's 0.8 ms
+    assert (profile.step_overhead_s, profile.draft_pass_overhead_s) == (0.0016, 0.0008)
+    _, draft, _, _ = _timers(catalog_model, gpu, 0.7, 3)
+    assert draft(StepShape(decode_contexts=(1000, 2000))).overhead_s == pytest.approx(0.0008)
 
 
 def test_speculation_pays_at_batch_one_and_less_when_compute_bound(catalog_model, gpu):

@@ -17,6 +17,7 @@ from servefit.app.check_log import CheckLogOutcome, Comparison, merge_settings
 from servefit.app.deployment import Deployment
 from servefit.app.plan import plan_deployment
 from servefit.core.engines.sglang import pool_tokens
+from servefit.core.engines.sglang_spec import draft_pool_tokens, sglang_speculative_config
 from servefit.errors import InvalidArgumentError
 
 # ServerArgs field -> ServeSettings field (sglang/srt/server_args.py names)
@@ -60,6 +61,29 @@ def settings_from_server_args(args: dict[str, Any]) -> dict[str, Any]:
         if arg == "kv_cache_dtype":
             value = _KV_DTYPES.get(value, value)
         out[setting] = value
+    algorithm = args.get("speculative_algorithm")
+    if algorithm is not None:
+        counts = {}
+        for arg in (
+            "speculative_num_steps",
+            "speculative_eagle_topk",
+            "speculative_num_draft_tokens",
+        ):
+            value = args.get(arg)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise InvalidArgumentError(
+                    f"the log's server_args {arg}={value!r} is not a value SGLang takes there"
+                )
+            counts[arg] = value
+        draft = args.get("speculative_draft_model_path")
+        out["speculative"] = sglang_speculative_config(
+            str(algorithm),
+            draft_model_path=draft if isinstance(draft, str) else None,
+            num_steps=counts["speculative_num_steps"],
+            eagle_topk=counts["speculative_eagle_topk"],
+            num_draft_tokens=counts["speculative_num_draft_tokens"],
+            is_deepseek=str(algorithm).upper() == "NEXTN",
+        )
     return out
 
 
@@ -115,6 +139,9 @@ def check_sglang_log(
         loaded = before.value - after.value
         fraction = plan.settings.gpu_memory_utilization
         given = float(pool_tokens(before.value, loaded, fraction, plan.kv_bytes_per_token))
+        sc = plan.settings.speculative
+        if sc is not None:  # the pool's headroom for the drafts of every running request
+            given += draft_pool_tokens(sc, plan.settings.max_num_seqs)
     per_token = plan.kv_bytes_per_token or 1
     comparisons.append(
         Comparison(

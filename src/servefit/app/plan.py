@@ -57,11 +57,22 @@ def capacity_for(
     the draft checkpoint the settings' ``--speculative-config`` names); without
     suggestions, the plan does not re-plan other flags to say what would fit instead."""
     if settings.speculative is not None:
-        if resolved.engine.name not in ("vllm", "vllm-cpu"):
+        by_sglang = settings.speculative.sglang_algorithm is not None
+        engine = resolved.engine.name
+        if by_sglang and engine != "sglang":
             raise InvalidArgumentError(
-                f"--speculative-config is vLLM's flag; servefit does not plan "
-                f"{resolved.engine.name}'s speculative decoding: plan it with --engine vllm, or "
-                "leave the flag out"
+                "--speculative-algorithm is SGLang's flag: plan it with --engine sglang"
+            )
+        if not by_sglang and engine == "sglang":
+            raise InvalidArgumentError(
+                "--speculative-config is vLLM's flag; under --engine sglang, SGLang speculates "
+                "with --speculative-algorithm EAGLE|EAGLE3|NEXTN|STANDALONE and "
+                "--speculative-draft-model-path"
+            )
+        if not by_sglang and engine not in ("vllm", "vllm-cpu"):
+            raise InvalidArgumentError(
+                f"--speculative-config is vLLM's flag; servefit does not plan {engine}'s "
+                "speculative decoding: plan it with --engine vllm, or leave the flag out"
             )
         if settings.draft is None:
             settings = replace(settings, draft=resolved.draft)

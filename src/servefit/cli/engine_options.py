@@ -68,6 +68,20 @@ SGLANG_OPTIONS = (
     click.option("--max-running-requests", type=int, help="SGLang: requests running at once."),
     click.option("--chunked-prefill-size", type=HUMAN_INT, help="SGLang: prefill tokens per step."),
     click.option(
+        "--speculative-algorithm",
+        metavar="NAME",
+        help="SGLang: EAGLE, EAGLE3, NEXTN (the checkpoint's MTP layers) or STANDALONE (a "
+        "draft model).",
+    ),
+    click.option(
+        "--speculative-draft-model-path", metavar="MODEL", help="SGLang: the draft checkpoint."
+    ),
+    click.option("--speculative-num-steps", type=int, help="SGLang: draft passes a step."),
+    click.option("--speculative-eagle-topk", type=int, help="SGLang: branches a draft pass."),
+    click.option(
+        "--speculative-num-draft-tokens", type=int, help="SGLang: tokens verified a request."
+    ),
+    click.option(
         "--sglang-version",
         metavar="RELEASE",
         help="SGLang: the release whose defaults to plan with (0.3.6 on; default the newest).",
@@ -102,9 +116,12 @@ def apply_sglang_flags(flags: dict[str, Any], settings: Any, engine: str | None)
     """SGLang's spellings into ``settings`` (and the engine: SGLang when none is named).
     Given beside vLLM's own flag for the same setting, or with another engine, they are a
     usage error that names both."""
-    given = {k: flags.pop(k) for k in SGLANG_FLAGS if flags.get(k) is not None}
+    given: dict[str, Any] = {k: flags.pop(k) for k in SGLANG_FLAGS if flags.get(k) is not None}
     for k in SGLANG_FLAGS:
         flags.pop(k, None)
+    speculation = _sglang_speculation(flags, settings)
+    if speculation is not None:
+        given["speculative"] = speculation
     version = flags.pop("sglang_version", None)
     if version is not None:
         from servefit.core.engines.sglang import parse_sglang_version
@@ -113,7 +130,10 @@ def apply_sglang_flags(flags: dict[str, Any], settings: Any, engine: str | None)
         given["sglang_version"] = version
     if not given:
         return settings, engine
-    spelled = ", ".join("--" + k.replace("_", "-") for k in given)
+    spelled = ", ".join(
+        "--speculative-algorithm" if k == "speculative" else "--" + k.replace("_", "-")
+        for k in given
+    )
     if engine is not None and engine.strip().lower() != "sglang":
         raise InvalidArgumentError(
             f"{spelled}: SGLang's flags; --engine {engine} takes vLLM's names instead"
@@ -121,6 +141,9 @@ def apply_sglang_flags(flags: dict[str, Any], settings: Any, engine: str | None)
     defaults = type(settings)()
     changes = {}
     for key, value in given.items():
+        if key == "speculative":
+            changes["speculative"] = value
+            continue
         field, vllm_flag = SGLANG_FLAGS.get(key, (key, f"--{key.replace('_', '-')}"))
         current = getattr(settings, field)
         if current != getattr(defaults, field) and current != value:
@@ -130,3 +153,45 @@ def apply_sglang_flags(flags: dict[str, Any], settings: Any, engine: str | None)
             )
         changes[field] = value
     return replace(settings, **changes), "sglang"
+
+
+_SPECULATIVE_KEYS = (
+    "speculative_algorithm",
+    "speculative_draft_model_path",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+)
+
+
+def _sglang_speculation(flags: dict[str, Any], settings: Any) -> Any:
+    """SGLang's speculative flags as the config servefit plans (None when none is given).
+    Beside vLLM's --speculative-config, or without --speculative-algorithm, they are a
+    usage error that names what to give."""
+    values = {k: flags.pop(k, None) for k in _SPECULATIVE_KEYS}
+    given = [k for k, v in values.items() if v is not None]
+    if not given:
+        return None
+    if values["speculative_algorithm"] is None:
+        raise InvalidArgumentError(
+            f"--{given[0].replace('_', '-')} needs --speculative-algorithm (EAGLE, EAGLE3, "
+            "NEXTN or STANDALONE)"
+        )
+    if getattr(settings, "speculative", None) is not None:
+        raise InvalidArgumentError(
+            "--speculative-algorithm (SGLang) and --speculative-config (vLLM) both describe "
+            "speculative decoding: give the one of the engine you run"
+        )
+    from servefit.core.engines.sglang_spec import sglang_speculative_config
+
+    algorithm = str(values["speculative_algorithm"])
+    return sglang_speculative_config(
+        algorithm,
+        draft_model_path=values["speculative_draft_model_path"],
+        num_steps=values["speculative_num_steps"],
+        eagle_topk=values["speculative_eagle_topk"],
+        num_draft_tokens=values["speculative_num_draft_tokens"],
+        # auto_choose_speculative_params picks (3, 1, 4) for DeepSeek checkpoints, whose
+        # MTP layers NEXTN runs; servefit takes NEXTN for one before the model is read
+        is_deepseek=algorithm.strip().upper() == "NEXTN",
+    )

@@ -66,6 +66,9 @@ class EfficiencyProfile:
     # at large batch and long context is mostly this); None: memory_efficiency, the
     # weight-streaming figure that batch-1 decode measures
     kv_memory_efficiency: float | None = None
+    # the fixed cost of one speculative draft pass inside a step (input preparation and the
+    # draft's sampling between graph replays); None: a whole step's overhead
+    draft_pass_overhead_s: float | None = None
     source: str = ""
     is_calibrated: bool = False
 
@@ -93,8 +96,9 @@ class EfficiencyProfile:
             "request_overhead_s",
             "collective_latency_s",
             "moe_layer_overhead_s",
+            "draft_pass_overhead_s",
         ):
-            if getattr(self, name) < 0:
+            if (getattr(self, name) or 0.0) < 0:
                 raise ConfigError(
                     f"efficiency profile {self.hardware_class}/{self.engine}: {name} must be >= 0"
                 )

@@ -252,13 +252,28 @@ class SpeculativeConfig:
     prompt_lookup_max: int | None = None
     given_json: str = ""  # the object as the user gave it, for the vLLM command line
     method_name: str = ""  # the method as written (a model-specific MTP name is "mtp")
+    # SGLang's tree (servefit.core.engines.sglang_spec): branches per draft pass and the
+    # tokens verified per request (None: a chain, k + 1); the algorithm as SGLang spells it
+    eagle_topk: int = 1
+    num_draft_tokens: int | None = None
+    sglang_algorithm: str | None = None
 
     @property
     def k(self) -> int:
         return self.num_speculative_tokens
 
+    @property
+    def verify_tokens(self) -> int:
+        """Tokens the target verifies per request a step: the chain's k + 1 or the tree's."""
+        return self.num_draft_tokens or self.k + 1
+
     def describe(self) -> str:
         draft = f" {self.model}" if self.model else ""
+        if self.sglang_algorithm is not None:
+            return (
+                f"SGLang {self.sglang_algorithm}{draft}, {self.k} draft steps of top-"
+                f"{self.eagle_topk}, {self.verify_tokens} tokens verified"
+            )
         return f"{self.method.value}{draft}, {self.k} speculative tokens"
 
 
@@ -404,7 +419,8 @@ class Speculation:
         a = self.acceptance
         return (
             f"speculative decoding ({self.config.describe()}): a step verifies "
-            f"{self.k + 1} tokens per request and keeps {self.expected_tokens_per_step:.2f} on "
+            f"{self.config.verify_tokens} tokens per request and keeps "
+            f"{self.expected_tokens_per_step:.2f} on "
             f"average (acceptance {a.acceptance_rate(self.k):.0%} over the draft tokens, "
             f"{a.source})"
             + (

@@ -10,7 +10,7 @@ from servefit.core.hardware import GpuSpec
 from servefit.core.op_coeffs import ModelCoeffs, model_coeffs
 from servefit.core.op_cost import StepShape
 from servefit.core.roofline import EfficiencyProfile, StepTime
-from servefit.core.speculative import Speculation
+from servefit.core.speculative import Speculation, SpeculativeConfig
 from servefit.core.step_timer import make_timer
 
 
@@ -26,21 +26,31 @@ def speculative_timer(
     request (the simulation's unit).
 
     A real step verifies ``k + 1`` tokens per decoding request in one pass of the target
-    (``StepShape.decode_query_tokens``: every position sampled) after ``k``
-    draft passes over the decoding requests (the drafter also reads the step's prompt
-    chunks once), and yields ``E`` tokens per request on average
+    (``StepShape.decode_query_tokens``: every position sampled; an SGLang tree verifies its
+    ``num_draft_tokens``) after ``k`` draft passes over the decoding requests (over each of
+    an SGLang tree's ``topk`` branches; the drafter also reads the step's prompt chunks
+    once), and yields ``E`` tokens per request on average
     (:meth:`Acceptance.expected_tokens_per_step`). Its decode share is spread over those
     ``E`` tokens: a step of the simulation takes ``prefill + (real - prefill) / E``, where
     ``prefill`` is the step's prompt chunks timed alone (0 for a decode-only step)."""
     base = make_timer(m, gpu, profile)
     k = speculation.k
+    verified = speculation.config.verify_tokens
+    branches = speculation.config.eagle_topk
     expected = speculation.expected_tokens_per_step
     draft = None
     if speculation.draft is not None:
+        # the drafter's passes run inside the engine's step: the scheduling and per-request
+        # bookkeeping are paid once, by the target's pass; each draft pass pays the profile's
+        # draft_pass_overhead_s (vLLM's EagleProposer.propose prepares and samples between
+        # graph replays; SGLang replays all its draft steps as one CUDA graph)
+        per_pass = profile.draft_pass_overhead_s
         draft = make_timer(
             model_coeffs(speculation.draft, tp=m.tp, pp=1, kv_cache_dtype=kv_cache_dtype),
             gpu,
-            profile,
+            profile
+            if per_pass is None
+            else replace(profile, step_overhead_s=per_pass, per_seq_overhead_s=0.0),
         )
 
     def timer(shape: StepShape) -> StepTime:
@@ -51,10 +61,11 @@ def speculative_timer(
                 return st
             return _sum_steps(st, draft(shape), 1.0)
         chunks = shape.prefill_chunks
-        verify = replace(shape, decode_query_tokens=k + 1)
+        verify = replace(shape, decode_query_tokens=verified)
         real = base(verify)
+        drafted = StepShape(decode_contexts=decodes * branches)
         if draft is not None:
-            real = _sum_steps(real, draft(StepShape(decode_contexts=decodes)), float(k))
+            real = _sum_steps(real, draft(drafted), float(k))
             if chunks:
                 real = _sum_steps(real, draft(StepShape(prefill_chunks=chunks)), 1.0)
         share = 0.0  # of the real step, the prompt chunks' part
@@ -63,12 +74,12 @@ def speculative_timer(
             alone = StepShape(
                 prefill_chunks=chunks, num_finishing_prefills=shape.num_finishing_prefills
             )
-            verify_alone = StepShape(decode_contexts=decodes, decode_query_tokens=k + 1)
+            verify_alone = StepShape(decode_contexts=decodes, decode_query_tokens=verified)
             part_p = base(alone).time_s
             part_d = base(verify_alone).time_s
             if draft is not None:
                 part_p += draft(alone).time_s
-                part_d += k * draft(StepShape(decode_contexts=decodes)).time_s
+                part_d += k * draft(drafted).time_s
             share = part_p / (part_p + part_d) if part_p + part_d > 0 else 0.0
         scale = share + (1.0 - share) / expected
         return StepTime(
@@ -80,6 +91,17 @@ def speculative_timer(
         )
 
     return lru_cache(maxsize=8192)(timer)
+
+
+def _at_depth(config: SpeculativeConfig, k: int) -> SpeculativeConfig:
+    """The config drafting ``k`` tokens deep: a chain verifies ``k + 1`` (an SGLang tree
+    keeps its verified tokens)."""
+    chain = config.eagle_topk == 1
+    return replace(
+        config,
+        num_speculative_tokens=k,
+        num_draft_tokens=None if chain else config.num_draft_tokens,
+    )
 
 
 def _sum_steps(a: StepTime, b: StepTime, times: float) -> StepTime:
@@ -140,7 +162,7 @@ def speculation_gain(
 
     def tpot(k: int, batch: int) -> float:
         at_k = Speculation(
-            config=replace(speculation.config, num_speculative_tokens=k),
+            config=_at_depth(speculation.config, k),
             acceptance=speculation.acceptance,
             draft=speculation.draft,
         )

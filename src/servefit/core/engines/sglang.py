@@ -28,11 +28,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from servefit.core.engines.sglang_spec import (
+    default_running_requests,
+    draft_pool_tokens,
+    reserve_bytes,
+    with_sglang_drafter,
+)
 from servefit.core.engines.vllm import VllmAccountedEngine
 from servefit.core.hardware import GpuSpec
 from servefit.core.kv_pages import state_bytes
 from servefit.core.model_spec import LinearAttentionSpec, MambaSpec, ModelSpec
 from servefit.core.plan import CapacityPlan, ServeSettings, plan_capacity
+from servefit.errors import InvalidArgumentError
 from servefit.units import GIB_BYTES, MIB_BYTES, dtype_bytes
 
 MAMBA_FULL_MEMORY_RATIO = 0.9  # server_args.py mamba_full_memory_ratio default
@@ -95,7 +102,12 @@ def rule_release(version: str) -> tuple[int, int, int]:
 
 
 def default_mem_fraction_static(
-    total_bytes: float, tp: int, pp: int, version: str = DEFAULT_SGLANG_VERSION
+    total_bytes: float,
+    tp: int,
+    pp: int,
+    version: str = DEFAULT_SGLANG_VERSION,
+    *,
+    drafter_reserve_bytes: float = 0.0,
 ) -> float:
     """SGLang's default ``--mem-fraction-static`` for this GPU and layout, by release
     (``ServerArgs.__post_init__`` / ``_handle_gpu_memory_settings`` in server_args.py):
@@ -106,7 +118,11 @@ def default_mem_fraction_static(
     - 0.4.9 to 0.5.2 by the GPU's memory: it keeps 2.8 + TP x PP / 10 GiB below 35 GiB,
       9.5 + TP x PP / 2 below 90, 12 + TP x PP / 2 below 160, 32 above;
     - 0.5.9 on: 512 MB + 1.5 x the chunked-prefill size + 2 x the CUDA-graph batch + TP x PP
-      / 8 GiB, at least 10 GiB above 60 GiB (MB counted as MiB)."""
+      / 8 GiB, at least 10 GiB above 60 GiB (MB counted as MiB).
+
+    From 0.4.9 a speculative drafter keeps ``drafter_reserve_bytes`` more out
+    (:func:`servefit.core.engines.sglang_spec.reserve_bytes`); the TP-only rules before it
+    keep none."""
     rule = rule_release(version)
     if rule == (0, 3, 6) or (rule == (0, 4, 6) and total_bytes <= 80 * GIB_BYTES):
         eight = 0.82 if parse_sglang_version(version)[1] < 4 else 0.81
@@ -126,12 +142,12 @@ def default_mem_fraction_static(
             kept = 12 + world / 2
         else:
             kept = 32
-        return round((total_bytes - kept * GIB_BYTES) / total_bytes, 3)
+        return round((total_bytes - kept * GIB_BYTES - drafter_reserve_bytes) / total_bytes, 3)
     chunk, graphs = gpu_defaults(total_bytes, tp)
     reserved = (512 + max(chunk, 2048) * 1.5 + graphs * 2 + tp * pp / 8 * 1024) * MIB_BYTES
     if total_bytes > 60 * GIB_BYTES:
         reserved = max(reserved, LARGE_GPU_RESERVE_BYTES)
-    return round((total_bytes - reserved) / total_bytes, 3)
+    return round((total_bytes - reserved - drafter_reserve_bytes) / total_bytes, 3)
 
 
 def pool_tokens(
@@ -220,24 +236,44 @@ class SglangEngine(VllmAccountedEngine):
         mamba_ssm_dtype: str | None = None,
         with_suggestions: bool = True,
     ) -> CapacityPlan:
+        sc = settings.speculative
+        if sc is not None and sc.sglang_algorithm is None:
+            raise InvalidArgumentError(
+                "--speculative-config is vLLM's flag; SGLang speculates with "
+                "--speculative-algorithm EAGLE|EAGLE3|NEXTN|STANDALONE and "
+                "--speculative-draft-model-path (plan them as SGLang spells them)"
+            )
+        # the target alone: SGLang sizes its pool before the drafter loads
+        target = replace(settings, speculative=None, draft=None) if sc else settings
         base = VllmAccountedEngine.plan(
-            self, spec, gpu, settings, mamba_ssm_dtype=mamba_ssm_dtype, with_suggestions=False
+            self, spec, gpu, target, mamba_ssm_dtype=mamba_ssm_dtype, with_suggestions=False
         )
         if settings.kv_cache_memory_bytes is not None or not base.layout.groups:
             return base  # a pool the user sized, or nothing to pool: vLLM's answer stands
         r = base.settings
+        if sc is not None and state_slot_bytes(spec, r.tensor_parallel_size):
+            raise InvalidArgumentError(
+                f"--speculative-algorithm {sc.sglang_algorithm} on {spec.name}: SGLang's "
+                "speculative state slots of linear-attention / Mamba layers are not planned"
+            )
         chunk, _ = gpu_defaults(base.memory.total_bytes, r.tensor_parallel_size)
         version = settings.sglang_version or DEFAULT_SGLANG_VERSION
         fraction = settings.gpu_memory_utilization or default_mem_fraction_static(
-            base.memory.total_bytes, r.tensor_parallel_size, r.pipeline_parallel_size, version
+            base.memory.total_bytes,
+            r.tensor_parallel_size,
+            r.pipeline_parallel_size,
+            version,
+            drafter_reserve_bytes=reserve_bytes(sc.sglang_algorithm if sc else None),
         )
-        pool = sglang_pool(base, spec, fraction, settings.max_num_seqs)
+        asked_running = settings.max_num_seqs or (default_running_requests(sc) if sc else None)
+        pool = sglang_pool(base, spec, fraction, asked_running)
+        extra_tokens = draft_pool_tokens(sc, pool.max_running_requests) if sc else 0
         # the memory outside the pool (activations, graphs, runtime) lives in SGLang's
         # (1 - mem_fraction_static) reserve; it is estimated at vLLM's batch size, and the
         # running cap replaces max_num_seqs once the pool is planned
         own = replace(
-            settings,
-            kv_cache_memory_bytes=pool.rest_bytes,
+            target,
+            kv_cache_memory_bytes=pool.rest_bytes + extra_tokens * base.kv_bytes_per_token,
             max_num_seqs=settings.max_num_seqs or r.max_num_seqs,
             max_num_batched_tokens=settings.max_num_batched_tokens or chunk,
         )
@@ -252,6 +288,7 @@ class SglangEngine(VllmAccountedEngine):
                 plan.settings,
                 max_num_seqs=pool.max_running_requests,
                 gpu_memory_utilization=fraction,
+                speculative=sc,
             ),
             memory=replace(
                 plan.memory,
@@ -278,6 +315,10 @@ class SglangEngine(VllmAccountedEngine):
             f"{own.max_num_batched_tokens:,} (sglang kv_cache_configurator.py, server_args.py); "
             "weights, activations and runtime buffers are vLLM's estimates"
         )
+        if sc is not None:
+            plan = with_sglang_drafter(
+                plan, spec, sc, settings.draft, pool.kv_tokens, extra_tokens, fraction
+            )
         rule = ".".join(map(str, rule_release(version)))
         read = (
             ""

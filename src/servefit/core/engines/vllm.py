@@ -163,6 +163,19 @@ def _sglang_args(model_id: str, plan: CapacityPlan, asked: ServeSettings) -> lis
     if r.kv_cache_dtype != "auto":  # SGLang names the fp8 variant
         kv = "fp8_e4m3" if r.kv_cache_dtype == "fp8" else r.kv_cache_dtype
         args += ["--kv-cache-dtype", kv]
+    sc = asked.speculative
+    if sc is not None and sc.sglang_algorithm is not None:
+        args += ["--speculative-algorithm", sc.sglang_algorithm]
+        if sc.model:
+            args += ["--speculative-draft-model-path", sc.model]
+        args += [
+            "--speculative-num-steps",
+            str(sc.k),
+            "--speculative-eagle-topk",
+            str(sc.eagle_topk),
+            "--speculative-num-draft-tokens",
+            str(sc.verify_tokens),
+        ]
     return args
 
 
