@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from servefit.core.image_tokens import ImageLoad, ImageWorkload
 from servefit.core.plan import ServeSettings
 from servefit.core.workload import Slo, Workload, fixed_workload
 from servefit.errors import InvalidArgumentError
@@ -82,6 +83,11 @@ class Deployment:
     # the method's published figure, data/acceptance.toml)
     acceptance_rate: float | None = None
     acceptance_from: str | None = None  # --acceptance-from: a bench run that measured it
+    # --image-size / --images-per-request: each request's images; once resolved against the
+    # model, ``image_load`` holds their tokens (already in the workload's input length) and
+    # the encoder's FLOPs
+    images: ImageWorkload | None = None
+    image_load: ImageLoad | None = None
 
     def engine_settings(self) -> ServeSettings:
         """The settings the capacity model sees: the flags, plus the explicit target."""

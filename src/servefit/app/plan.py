@@ -18,6 +18,7 @@ from servefit.errors import InvalidArgumentError
 if TYPE_CHECKING:  # imported only when a plan predicts speed / does not fit (cold start)
     from servefit.app.recommend import Recommendation
     from servefit.core.perf import PerformancePlan
+    from servefit.core.roofline import EfficiencyProfile
     from servefit.core.speculative import Speculation
 
 
@@ -120,6 +121,9 @@ def predict(
 
     try:
         profile = resolved.profile(d.engine or plan.engine)
+        encoder = _encoder_note(resolved, plan, d, profile)
+        if encoder is not None:  # each request's images run the vision encoder first
+            profile = replace(profile, request_overhead_s=profile.request_overhead_s + encoder[0])
         r = plan.settings
         perf = plan_performance(
             plan,
@@ -129,11 +133,34 @@ def predict(
             ep=r.expert_parallel_size,
             speculation=speculation_of(resolved, plan, d),
         )
-        return replace(perf, bands=bands or prediction_bands(resolved, plan, d)), ""
+        perf = replace(perf, bands=bands or prediction_bands(resolved, plan, d))
+        if encoder is not None:
+            perf = replace(perf, assumptions=(*perf.assumptions, encoder[1]))
+        return perf, ""
     except InvalidArgumentError as error:
         if d.is_workload_given:
             return None, str(error)
         return None, f"the default workload does not run here ({error}); describe yours"
+
+
+def _encoder_note(
+    resolved: Resolved, plan: CapacityPlan, d: Deployment, profile: EfficiencyProfile
+) -> tuple[float, str] | None:
+    """The vision encoder's time per request and the plan's note on the images, or None."""
+    load = d.image_load
+    if load is None:
+        return None
+    from servefit.core.roofline import peak_flops_per_s
+
+    peak = peak_flops_per_s(plan.gpu, plan.model.dtype, profile.unpublished_flops_per_byte)
+    tp = plan.settings.tensor_parallel_size
+    seconds = load.encoder_flops_per_request / (peak * profile.gemm_efficiency * tp)
+    return seconds, (
+        f"images: {load.note}; {load.tokens_per_request:,} tokens a request join its prompt, "
+        f"and the vision encoder's {load.encoder_flops_per_request / 1e12:.2f} TFLOP a request "
+        f"({seconds * 1e3:.1f} ms at the GEMM efficiency, over {tp} GPU(s)) is added to its "
+        "TTFT (its contention with other requests' steps is not simulated)"
+    )
 
 
 def speculation_of(resolved: Resolved, plan: CapacityPlan, d: Deployment) -> Speculation | None:

@@ -19,6 +19,7 @@ from servefit.units import GB_BYTES, GIB_BYTES
 
 if TYPE_CHECKING:
     from servefit.calibrate.profile import CalibrationDocument
+    from servefit.core.model_spec import ModelSpec
     from servefit.core.roofline import EfficiencyProfile
 
 
@@ -159,6 +160,8 @@ def resolve(
                 "--gguf (quantize the file with llama-quantize for another type)"
             )
         loaded = as_gguf(loaded, d.gguf)
+    if d.images is not None and d.image_load is None:
+        d = with_images(d, loaded.spec)
     engine = select_engine(d.engine, gpu, loaded.spec)
     for flag, value in (
         ("--tensor-split", d.settings.tensor_split),
@@ -219,3 +222,23 @@ def as_gguf(loaded: LoadedModel, kind: str) -> LoadedModel:
     quant = uniform_quant(fmt, method=f"gguf {kind.upper()}", include_embedding=True)
     spec = replace(loaded.spec, quant=quant)
     return replace(loaded, spec=spec)
+
+
+def with_images(d: Deployment, spec: ModelSpec) -> Deployment:
+    """``d`` with its images counted by the model's processor rule: their tokens join each
+    prompt (the KV cache and the prefill see them), the encoder's FLOPs are kept for TTFT."""
+    from servefit.core.image_tokens import image_load
+    from servefit.core.workload import LengthDist
+
+    assert d.images is not None
+    if d.workload.requests:
+        raise InvalidArgumentError(
+            "--image-size with --dataset: a dataset's lines give token counts; add the image "
+            "tokens to them, or plan the lengths with --input-len"
+        )
+    load = image_load(spec.vision, d.images, d.model)
+    w = d.workload
+    grown = LengthDist(
+        mean=w.input_len.mean + load.tokens_per_request, range_ratio=w.input_len.range_ratio
+    )
+    return replace(d, workload=replace(w, input_len=grown), image_load=load)

@@ -13,6 +13,7 @@ from click.core import ParameterSource
 
 from servefit.cli.dataset_options import DATASET_OPTIONS, dataset_requests
 from servefit.cli.engine_options import apply_sglang_flags, engine_options
+from servefit.cli.image_options import IMAGE_OPTIONS, pop_images
 from servefit.cli.types import FINITE_FLOAT, HUMAN_INT
 
 ENGINES = ("vllm", "sglang", "trtllm", "llama.cpp", "mlx")
@@ -233,7 +234,7 @@ WORKLOAD_OPTIONS = [
 
 _WORKLOAD_PARAMS = (
     *("input_len", "output_len", "concurrency", "request_rate", "prefix_len", "turns"),
-    "dataset",
+    *("dataset", "image_size"),
 )
 
 # what a successful task is: `cost` and `report` (checked by core.cost.check_task_terms)
@@ -258,7 +259,7 @@ task_options = _apply(TASK_OPTIONS)
 model_source_options = _apply(MODEL_SOURCE_OPTIONS)
 serve_options = _apply(SERVE_OPTIONS)
 target_options = _apply(TARGET_OPTIONS)
-workload_options = _apply([*WORKLOAD_OPTIONS, *DATASET_OPTIONS])
+workload_options = _apply([*WORKLOAD_OPTIONS, *DATASET_OPTIONS, *IMAGE_OPTIONS])
 
 
 def scaling_options(num_gpus_help: str) -> Decorator:
@@ -324,6 +325,7 @@ def build_deployment(model: str, flags: dict[str, Any], **extra: Any) -> Any:
     )
     settings = pop_serve_settings(flags)
     settings, engine = apply_sglang_flags(flags, settings, flags.pop("engine", None))
+    images, image_args = pop_images(flags)
     workload = default_workload(
         input_len=flags.pop("input_len", 1024),
         output_len=flags.pop("output_len", 256),
@@ -344,9 +346,7 @@ def build_deployment(model: str, flags: dict[str, Any], **extra: Any) -> Any:
             "--target-concurrency needs --context (the tokens per request to hold)"
         )
     ttft_ms, tpot_ms = flags.pop("slo_ttft_ms", None), flags.pop("slo_tpot_ms", None)
-    slo = None
-    if ttft_ms is not None or tpot_ms is not None:
-        slo = Slo(ttft_ms=ttft_ms, tpot_ms=tpot_ms)
+    slo = None if ttft_ms is None and tpot_ms is None else Slo(ttft_ms=ttft_ms, tpot_ms=tpot_ms)
     return Deployment(
         model=model,
         hardware=hardware,
@@ -365,7 +365,8 @@ def build_deployment(model: str, flags: dict[str, Any], **extra: Any) -> Any:
         allow_hub=not flags.pop("offline", False),
         acceptance_rate=flags.pop("acceptance_rate", None),
         acceptance_from=flags.pop("acceptance_from", None),
-        **extra,
+        images=images,
+        **{**extra, "extra_args": (*extra.get("extra_args", ()), *image_args)},
     )
 
 

@@ -55,6 +55,7 @@ from servefit.core.hf_ssm import (
     parse_mamba,
     parse_mamba2,
 )
+from servefit.core.image_tokens import image_rule
 from servefit.core.model_spec import ModelSpec, VisionSpec
 from servefit.core.quant import quant_from_hf
 from servefit.core.weights import count_params
@@ -148,7 +149,9 @@ AUDIO_TOWER_REFUSAL = (
 )
 
 
-def _vision_params(v: Config, text_hidden: int, where: str) -> VisionSpec:
+def _vision_params(
+    v: Config, text_hidden: int, where: str, config: Config | None = None
+) -> VisionSpec:
     """Parameters of a ViT-style vision tower and its projector, from ``vision_config``.
 
     Per block: Q/K/V/O with biases, an MLP (gated when the activation is SiLU), two norms.
@@ -176,9 +179,26 @@ def _vision_params(v: Config, text_hidden: int, where: str) -> VisionSpec:
         merged + merged * merged + merged + merged * out + out if merge > 1 else hv * out + hv
     )
     total = depth * block + patch_embed + positions * hv + 2 * hv + projector
+    full = v.get("fullatt_block_indexes")
+    window = v.get("window_size")
+    blocks: tuple[int, ...] | None = None
+    window_patches = 0
+    if (
+        isinstance(full, list)
+        and all(isinstance(b, int) and not isinstance(b, bool) for b in full)
+        and isinstance(window, int)
+        and window >= patch
+    ):
+        blocks = tuple(int(b) for b in full)  # Qwen2.5-VL: window attention elsewhere
+        window_patches = (window // patch) ** 2
     return VisionSpec(
         num_params=total,
         description=f"ViT {depth} x {hv} (patch {patch}), projector to {out}",
+        image_rule=image_rule(dict(config or {}), dict(v)),
+        depth=depth,
+        hidden_size=hv,
+        full_attention_blocks=blocks,
+        window_patches=window_patches,
     )
 
 
@@ -223,7 +243,9 @@ def spec_from_hf_config(
             f"{name}: model_type {model_type!r} carries fields servefit cannot interpret for "
             f"this family: {', '.join(leftover)}. Refusing to guess (it would mis-size the model)."
         )
-    vision = _vision_params(vision_config, spec.hidden_size, name) if vision_config else None
+    vision = (
+        _vision_params(vision_config, spec.hidden_size, name, config) if vision_config else None
+    )
     quant = quant_from_hf(
         _mapping_or_none(text, "quantization_config", name),
         hf_quant_config,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from servefit.core.image_tokens import ImageTokenRule
 from servefit.core.quant import QuantSpec
 from servefit.errors import ConfigError
 
@@ -272,10 +273,29 @@ class LayerSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VisionSpec:
-    """A vision tower, counted by its parameters (its activations are not modelled)."""
+    """A vision tower, counted by its parameters (its activations are not modelled), with
+    what its processor makes of an image (:mod:`servefit.core.image_tokens`) and the shape
+    its attention runs over (the encoder's time per image)."""
 
     num_params: int
     description: str
+    image_rule: ImageTokenRule | None = None
+    depth: int = 0
+    hidden_size: int = 0
+    # the blocks attending over the whole image (None: every block); the others attend
+    # within windows of window_patches positions (Qwen2.5-VL's window attention)
+    full_attention_blocks: tuple[int, ...] | None = None
+    window_patches: int = 0
+
+    def encoder_flops(self, patches: int) -> float:
+        """FLOPs of one image of ``patches`` positions: 2 per weight per position, and the
+        attention's QK^T and AV over the positions each block attends to."""
+        attention = 0.0
+        for block in range(self.depth):
+            full = self.full_attention_blocks is None or block in self.full_attention_blocks
+            attended = patches if full or not self.window_patches else self.window_patches
+            attention += 4.0 * self.hidden_size * patches * min(attended, patches)
+        return 2.0 * self.num_params * patches + attention
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,0 +1,114 @@
+"""Image tokens as the models' processors count them (issue 26), written out by hand from
+the rules in servefit.core.image_tokens (transformers' smart_resize for the Qwen-VL family,
+fixed squares for Gemma 3 and LLaVA 1.5). tests/integration/test_image_tokens_vs_hf.py runs
+the Hugging Face processors themselves on the same sizes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from servefit.cli.main import cli
+from servefit.core.image_tokens import ImageTokenRule
+from servefit.errors import InvalidArgumentError
+
+QWEN25 = ImageTokenRule(
+    family="qwen2_5_vl", patch_size=14, merge_size=2, min_pixels=3_136, max_pixels=12_845_056
+)
+QWEN3 = ImageTokenRule(
+    family="qwen3_vl", patch_size=16, merge_size=2, min_pixels=65_536, max_pixels=16_777_216
+)
+
+
+def test_a_side_is_rounded_to_patch_times_merge_and_the_area_kept_in_bounds():
+    # Qwen3-VL, 1920x1080: the factor is 16 x 2 = 32; 1080 / 32 = 33.75 -> 34 x 32 = 1088,
+    # 1920 / 32 = 60 -> 1920; 2,088,960 pixels are inside the bounds; 120 x 68 patches of
+    # 16, every 2 x 2 one token: 8,160 / 4 = 2,040
+    assert QWEN3.resized(1920, 1080) == (1920, 1088)
+    assert (QWEN3.patches(1920, 1080), QWEN3.tokens(1920, 1080)) == (8_160, 2_040)
+    # Qwen2.5-VL, 8000x6000: rounded to 8008 x 5992 (47.98 M pixels) is over 12,845,056, so
+    # scaled by sqrt(48e6 / 12,845,056) = 1.9331 and floored to the factor 28:
+    # 6000 / 1.9331 / 28 = 110.85 -> 110 x 28 = 3080; 8000 / 1.9331 / 28 = 147.8 -> 4116;
+    # 294 x 220 patches / 4 = 16,170
+    assert QWEN25.resized(8000, 6000) == (4116, 3080)
+    assert QWEN25.tokens(8000, 6000) == 16_170
+    # Qwen3-VL, 100x80: 3 x 32 by 2 x 32 (80 / 32 = 2.5 rounds to even) is 6,144 pixels, under
+    # 65,536: scaled up by sqrt(65,536 / 8,000) = 2.8622 and ceiled to 32:
+    # 80 x 2.8622 / 32 = 7.16 -> 8 x 32 = 256; 100 x 2.8622 / 32 = 8.94 -> 288; 18 x 16 / 4 = 72
+    assert QWEN3.resized(100, 80) == (288, 256)
+    assert QWEN3.tokens(100, 80) == 72
+
+
+def test_fixed_families_take_the_same_tokens_whatever_the_size():
+    gemma = ImageTokenRule(family="gemma3", patch_size=14, fixed_tokens=256, fixed_patches=4096)
+    assert {gemma.tokens(w, h) for w, h in ((64, 64), (1920, 1080), (8000, 6000))} == {256}
+    assert gemma.resized(1920, 1080) == (896, 896)  # 64 patches of 14 a side
+
+
+def test_processor_kwargs_move_the_bounds_and_bad_ones_are_refused():
+    capped = QWEN25.with_processor_kwargs({"max_pixels": 1_003_520})  # 1,280 tokens' worth
+    assert capped.tokens(4000, 3000) <= 1_003_520 // (28 * 28)
+    assert capped.tokens(4000, 3000) < QWEN25.tokens(4000, 3000)
+    for bad, says in (
+        ({"max_pixels": 0}, "positive integer"),
+        ({"min_pixels": 10_000_000, "max_pixels": 1_000}, "is over max_pixels"),
+        ({"do_resize": False}, "not planned"),
+    ):
+        with pytest.raises(InvalidArgumentError, match=says):
+            QWEN25.with_processor_kwargs(bad)
+    with pytest.raises(InvalidArgumentError, match="aspect ratio"):
+        QWEN25.tokens(10_000, 20)
+
+
+def _plan(*args: str):
+    result = CliRunner().invoke(cli, ["plan", "--gpu", "H100", "--offline", "--json", *args])
+    doc = json.loads(result.output) if result.output.startswith("{") else None
+    return result.exit_code, doc, result.output
+
+
+def test_a_requests_images_join_its_prompt_and_its_ttft():
+    model = "Qwen/Qwen3-VL-8B-Instruct"
+    code, text, _ = _plan(model, "--input-len", "512", "--concurrency", "1")
+    assert code == 0
+    code, doc, _ = _plan(
+        model,
+        "--input-len",
+        "512",
+        "--concurrency",
+        "1",
+        "--image-size",
+        "1920x1080",
+        "--images-per-request",
+        "2",
+    )
+    assert code == 0
+    perf, base = doc["performance"], text["performance"]
+    assert perf["workload"].startswith(f"{512 + 2 * 2_040} in / 256 out")
+    assert perf["ttft_s"] > base["ttft_s"]
+    assert any("2 images of 1920x1080" in a for a in perf["assumptions"])
+    assert doc["vllm_command"].endswith("--limit-mm-per-prompt '{\"image\": 2}'")
+    code, doc, _ = _plan(
+        model, "--image-size", "4000x3000", "--mm-processor-kwargs", '{"max_pixels": 1003520}'
+    )
+    assert code == 0
+    assert "--mm-processor-kwargs '{\"max_pixels\":1003520}'" in doc["vllm_command"]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["Qwen/Qwen3-8B", "--image-size", "640x480"], "has no vision tower"),
+        (["Qwen/Qwen3-VL-8B-Instruct", "--images-per-request", "2"], "needs --image-size"),
+        (["Qwen/Qwen3-VL-8B-Instruct", "--image-size", "640"], "WIDTHxHEIGHT"),
+        (
+            ["meta-llama/Llama-4-Scout-17B-16E-Instruct", "--image-size", "640x480", "-tp", "4"],
+            "does not count",
+        ),
+    ],
+)
+def test_an_image_workload_servefit_cannot_count_is_refused(args, says):
+    code, _, out = _plan(*args)
+    assert code == 2, out
+    assert says in out.replace("\n", " ")
