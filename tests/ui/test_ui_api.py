@@ -203,6 +203,30 @@ def test_a_speculative_plan_is_plan_json_for_the_same_flags():
     assert "--speculative-config" in json.loads(body)["vllm_command"]
 
 
+def test_an_image_workload_is_plan_json_for_the_same_flags():
+    params = {
+        "model": "Qwen/Qwen3-VL-8B-Instruct",
+        "gpu": "H100",
+        "image-size": "1920x1080",
+        "images-per-request": "2",
+        "concurrency": "4",
+    }
+    status, _, body = get("/api/plan.json", params)
+    assert status == 200, body
+    flags = ["--image-size", "1920x1080", "--images-per-request", "2", "--concurrency", "4"]
+    cli = subprocess.run(
+        [*CLI, "plan", "Qwen/Qwen3-VL-8B-Instruct", "--gpu", "H100", *flags, "--json"],
+        capture_output=True,
+        text=True,
+        env=OFFLINE,
+        check=True,
+    )
+    assert body.decode() == cli.stdout
+    assert json.loads(body)["performance"]["workload"].startswith("5104 in")  # 2 x 2,040
+    status, _, body = get("/api/plan", {**params, "image-size": "1920"})
+    assert status == 400 and b"image-size" in body
+
+
 def test_data_parallel_ranks_are_plan_json_for_the_same_flags():
     # a MoE model at DP 2 + EP on 2 x H100: the page's answer is `plan -dp 2 -ep`'s
     params = {

@@ -59,7 +59,6 @@ def pop_images(flags: dict[str, Any]) -> tuple[Any, tuple[str, ...]]:
             raise InvalidArgumentError(f"{given} needs --image-size (the images' pixels)")
         return None, ()
     kwargs: dict[str, Any] = {}
-    args: tuple[str, ...] = ()
     if kwargs_text is not None:
         try:
             kwargs = json.loads(kwargs_text)
@@ -70,13 +69,10 @@ def pop_images(flags: dict[str, Any]) -> tuple[Any, tuple[str, ...]]:
             ) from None
         if not isinstance(kwargs, dict):
             raise InvalidArgumentError("--mm-processor-kwargs must be a JSON object")
-        args = ("--mm-processor-kwargs", json.dumps(kwargs, separators=(",", ":")))
     images = ImageWorkload(
         width=size[0],
         height=size[1],
         per_request=per_request or 1,
         processor_kwargs=tuple(sorted(kwargs.items())),
     )
-    if images.per_request > 1:  # the per-prompt limit, stated in the command
-        args += ("--limit-mm-per-prompt", json.dumps({"image": images.per_request}))
-    return images, args
+    return images, images.vllm_args()

@@ -106,6 +106,13 @@ def _acceptance(field: str, text: str) -> float:
     return value
 
 
+def _image_size(field: str, text: str) -> tuple[int, int]:
+    match = re.fullmatch(r"\s*(\d+)\s*[xX*]\s*(\d+)\s*", text)
+    if not match:
+        raise FieldError(field, f"give WIDTHxHEIGHT in pixels (1024x768), got {text!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
 # query key -> parser; the keys are the CLI's flags without the leading dashes
 FIELDS: dict[str, Callable[[str, str], Any]] = {
     "model": _text,
@@ -139,6 +146,8 @@ FIELDS: dict[str, Callable[[str, str], Any]] = {
     "request-rate": _float,
     "prefix-len": _human_int,
     "turns": _human_int,
+    "image-size": _image_size,
+    "images-per-request": _int,
     "context": _human_int,
     "target-concurrency": _human_int,
     "slo-ttft-ms": _float,
@@ -148,7 +157,10 @@ FIELDS: dict[str, Callable[[str, str], Any]] = {
 }
 # keys of the page alone (which view, the comparison's lists, the open run): not a deployment
 PAGE_KEYS = frozenset({"view", "compare-models", "compare-gpus", "run"})
-WORKLOAD_KEYS = ("input-len", "output-len", "concurrency", "request-rate", "prefix-len", "turns")
+WORKLOAD_KEYS = (
+    *("input-len", "output-len", "concurrency", "request-rate", "prefix-len", "turns"),
+    "image-size",
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -251,6 +263,14 @@ def deployment_for(q: PageQuery, model: str | None = None) -> Any:
     )
     if g("target-concurrency") is not None and g("context") is None:
         raise FieldError("target-concurrency", "needs context (the tokens per request to hold)")
+    images = None
+    if g("image-size") is not None:
+        from servefit.core.image_tokens import ImageWorkload
+
+        width, height = g("image-size")
+        images = ImageWorkload(width=width, height=height, per_request=g("images-per-request", 1))
+    elif g("images-per-request") is not None:
+        raise FieldError("images-per-request", "needs image-size (the images' pixels)")
     slo = None
     if g("slo-ttft-ms") is not None or g("slo-tpot-ms") is not None:
         slo = Slo(ttft_ms=g("slo-ttft-ms"), tpot_ms=g("slo-tpot-ms"))
@@ -271,6 +291,8 @@ def deployment_for(q: PageQuery, model: str | None = None) -> Any:
         engine=g("engine"),
         allow_hub=not g("offline", False),
         acceptance_rate=g("acceptance-rate"),
+        images=images,
+        extra_args=images.vllm_args() if images is not None else (),
     )
 
 
@@ -288,7 +310,9 @@ def cli_args(q: PageQuery) -> list[str]:
     for key, value in q.values.items():
         if key in ("model", "usd-per-gpu-hour"):  # the price is report's and cost's flag
             continue
-        if isinstance(value, bool):
+        if key == "image-size":
+            args += [f"--{key}", f"{value[0]}x{value[1]}"]
+        elif isinstance(value, bool):
             if key in ("enable-prefix-caching", "enable-chunked-prefill"):
                 args.append(f"--{key}" if value else f"--no-{key}")
             elif value:

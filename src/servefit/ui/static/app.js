@@ -11,7 +11,7 @@ const FIELDS = [
   "acceptance-rate", "enable-prefix-caching",
   "enforce-eager", "enable-expert-parallel", "enable-lora", "max-loras", "max-lora-rank",
   "input-len", "output-len", "concurrency", "request-rate", "prefix-len", "turns",
-  "context", "target-concurrency", "slo-ttft-ms", "slo-tpot-ms", "usd-per-gpu-hour", "offline",
+  "image-size", "images-per-request", "context", "target-concurrency", "slo-ttft-ms", "slo-tpot-ms", "usd-per-gpu-hour", "offline",
 ];
 // a control's value that is the CLI's default is left out of the URL
 const DEFAULTS = { "kv-cache-dtype": "auto", dtype: "auto", "enable-prefix-caching": "true" };
