@@ -112,3 +112,10 @@ def test_an_image_workload_servefit_cannot_count_is_refused(args, says):
     code, _, out = _plan(*args)
     assert code == 2, out
     assert says in out.replace("\n", " ")
+
+
+def test_recommend_refuses_images_it_would_not_count():
+    args = ["Qwen/Qwen3-VL-8B-Instruct", "--concurrency", "4", "--image-size", "640x480"]
+    result = CliRunner().invoke(cli, ["recommend", *args, "--offline"])
+    assert result.exit_code == 2
+    assert "does not count image tokens" in result.output

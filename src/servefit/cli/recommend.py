@@ -139,6 +139,11 @@ def fleet_request(models: tuple[str, ...], flags: dict[str, Any]) -> Any:
         raise InvalidArgumentError(f"--request-rate must be positive, got {rate:g}")
     if flags["engine"] not in (None, "vllm"):
         raise InvalidArgumentError("recommend searches vLLM deployments: drop --engine")
+    if any(flags.get(k) is not None for k in ("image_size", "images_per_request")):
+        raise InvalidArgumentError(
+            "recommend does not count image tokens yet: give --input-len with the images' "
+            "tokens added (servefit plan MODEL --image-size WxH prints them)"
+        )
     input_len, output_len, ratio = flags["input_len"], flags["output_len"], flags["range_ratio"]
     if flags["dataset"] is not None:
         from servefit.adapters.fleet_dataset import read_dataset_lengths
