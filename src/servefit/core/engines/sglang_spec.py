@@ -181,7 +181,7 @@ def with_sglang_drafter(
     headroom = extra_tokens * plan.kv_bytes_per_token
     needed = beside + headroom + weights + kv
     note = (
-        f"SGLang {sc.sglang_algorithm} ({sc.describe()}): the pool holds "
+        f"{sc.describe()}: the pool holds "
         f"{profiled_tokens:,} profiled tokens + {extra_tokens:,} for the drafts of "
         f"{r.max_num_seqs:,} running requests (x {sc.k} steps x top-{sc.eagle_topk} + x "
         f"{sc.verify_tokens} verified + {POOL_BUFFER_TOKENS}); the drafter's "
