@@ -119,3 +119,19 @@ def test_recommend_refuses_images_it_would_not_count():
     result = CliRunner().invoke(cli, ["recommend", *args, "--offline"])
     assert result.exit_code == 2
     assert "does not count image tokens" in result.output
+
+
+def test_every_command_planning_on_one_resolved_model_counts_the_images():
+    # compare plans each GPU's cell on the model resolved once; the layout search (--num-gpus)
+    # each layout: both settle the images as plan does (1,024 text + 2,040 image tokens)
+    args = ["Qwen/Qwen3-VL-8B-Instruct", "--concurrency", "2", "--offline", "--json"]
+    with_images = [*args, "--image-size", "1920x1080"]
+    compare = [
+        json.loads(CliRunner().invoke(cli, ["compare", *a, "--gpus", "H100"]).output)
+        for a in (args, with_images)
+    ]
+    ttft = [doc["rows"][0]["performance"]["ttft_s"] for doc in compare]
+    assert ttft[1] > ttft[0]
+    assert compare[1]["workload"].endswith("an image of 1920x1080 a request")
+    layouts = CliRunner().invoke(cli, ["plan", *with_images, "--gpu", "H100", "--num-gpus", "2"])
+    assert json.loads(layouts.output)["performance"]["workload"].startswith("3064 in")

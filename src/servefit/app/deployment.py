@@ -99,6 +99,15 @@ class Deployment:
             context_tokens=self.target.context_tokens,
         )
 
+    def describe_workload(self) -> str:
+        """The workload as given: its text tokens and, apart, the images each request
+        carries (a settled deployment's input length holds their tokens already)."""
+        text = self.workload.describe()
+        if self.images is None:
+            return text
+        held = " (their tokens included)" if self.image_load is not None else ""
+        return f"{text}, {self.images.describe()}{held}"
+
     def with_settings(self, settings: ServeSettings) -> Deployment:
         return replace(self, settings=settings)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from servefit.app.deployment import Deployment
-from servefit.app.resolve import Resolved, resolve
+from servefit.app.resolve import Resolved, resolve, settled
 from servefit.app.verdict import Verdict, judge
 from servefit.core.error_band import PredictionBands, bands_for
 from servefit.core.plan import CapacityPlan, ServeSettings
@@ -196,6 +196,8 @@ def plan_deployment(
     if resolved is None:
         resolved = resolve(d)
         d = resolved.deployment  # as resolved (an Ollama model at its num_ctx)
+    else:  # a deployment planned on a model resolved for another (compare, layouts)
+        d = settled(d, resolved.loaded)
     plan, bands, verdict = judged(resolved, d)
     perf, note = (None, "not asked for (--no-performance)")
     if with_performance:

@@ -145,14 +145,7 @@ def resolve(
         gpu = resolve_gpu(d.hardware, calibration)
     if loaded is None:
         loaded = load_model(d.model, revision=d.revision, allow_hub=d.allow_hub)
-    if loaded.origin == "ollama" and d.settings.max_model_len is None:
-        if loaded.default_max_model_len is None:
-            raise InvalidArgumentError(
-                f"{d.model}: Ollama serves it at its num_ctx, which its params do not set "
-                "(Ollama's default depends on its release and the GPU): give --max-model-len, "
-                "the num_ctx you run it with"
-            )
-        d = d.with_settings(replace(d.settings, max_model_len=loaded.default_max_model_len))
+    d = settled(d, loaded)
     if d.gguf is not None:
         if loaded.spec.file_tensors:
             raise InvalidArgumentError(
@@ -160,8 +153,6 @@ def resolve(
                 "--gguf (quantize the file with llama-quantize for another type)"
             )
         loaded = as_gguf(loaded, d.gguf)
-    if d.images is not None and d.image_load is None:
-        d = with_images(d, loaded.spec)
     engine = select_engine(d.engine, gpu, loaded.spec)
     for flag, value in (
         ("--tensor-split", d.settings.tensor_split),
@@ -222,6 +213,24 @@ def as_gguf(loaded: LoadedModel, kind: str) -> LoadedModel:
     quant = uniform_quant(fmt, method=f"gguf {kind.upper()}", include_embedding=True)
     spec = replace(loaded.spec, quant=quant)
     return replace(loaded, spec=spec)
+
+
+def settled(d: Deployment, loaded: LoadedModel) -> Deployment:
+    """``d`` with what only its model decides: an Ollama model's num_ctx as the context when
+    none is given, and each request's images as the tokens the model's processor makes of
+    them. Idempotent, so every deployment planned on one resolved model is settled alike
+    (compare's cells, the layout search's layouts)."""
+    if loaded.origin == "ollama" and d.settings.max_model_len is None:
+        if loaded.default_max_model_len is None:
+            raise InvalidArgumentError(
+                f"{d.model}: Ollama serves it at its num_ctx, which its params do not set "
+                "(Ollama's default depends on its release and the GPU): give --max-model-len, "
+                "the num_ctx you run it with"
+            )
+        d = d.with_settings(replace(d.settings, max_model_len=loaded.default_max_model_len))
+    if d.images is not None and d.image_load is None:
+        d = with_images(d, loaded.spec)
+    return d
 
 
 def with_images(d: Deployment, spec: ModelSpec) -> Deployment:

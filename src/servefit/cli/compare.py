@@ -31,7 +31,7 @@ def compare(models: tuple[str, ...], gpu_list: str, as_json: bool, **flags: Any)
         d = build_deployment(models[0], flags)
         names = [g.strip() for g in gpu_list.split(",") if g.strip()]
         comparison = compare_deployments(d, models, names)
-        doc = comparison_document(comparison, d.workload.describe())
+        doc = comparison_document(comparison, d.describe_workload())
     except ServefitError as error:
         fail(error)
     if as_json:

@@ -201,7 +201,7 @@ def compare_view(state: PageState, q: PageQuery, models: str, gpus: str) -> dict
     if d.hardware.memory_gib is not None:
         raise FieldError("compare-gpus", "compare takes catalog GPUs, not a custom device")
     comparison = compare_deployments(d, model_list, gpu_list)
-    return comparison_document(comparison, d.workload.describe()).model_dump()
+    return comparison_document(comparison, d.describe_workload()).model_dump()
 
 
 def report_html(report: ReportDocument) -> str:
