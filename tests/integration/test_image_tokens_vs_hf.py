@@ -66,13 +66,13 @@ def hf_counts() -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-QWEN25 = image_rule({"model_type": "qwen2_5_vl"}, {"patch_size": 14, "spatial_merge_size": 2})
-
-
 def _rule(model: str) -> ImageTokenRule:
     vision = load_model(model, allow_hub=False).spec.vision
     assert vision is not None and vision.image_rule is not None, model
     return vision.image_rule
+
+
+QWEN25 = _rule("Qwen/Qwen2.5-VL-7B-Instruct")
 
 
 @pytest.mark.integration
@@ -80,7 +80,7 @@ def test_qwen_vl_tokens_equal_the_processors_grid(hf_counts):
     qwen2 = image_rule(
         {"model_type": "qwen2_vl"}, {"patch_size": 14, "spatial_merge_size": 2}
     )  # Qwen2-VL: the same processor and bounds as Qwen2.5-VL
-    qwen25 = QWEN25
+    qwen25 = QWEN25  # the catalog's Qwen2.5-VL-7B-Instruct
     qwen3 = _rule("Qwen/Qwen3-VL-8B-Instruct")
     assert qwen2 is not None and qwen25 is not None
     for rule in (qwen2, qwen25):

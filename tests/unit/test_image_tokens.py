@@ -135,3 +135,17 @@ def test_every_command_planning_on_one_resolved_model_counts_the_images():
     assert compare[1]["workload"].endswith("an image of 1920x1080 a request")
     layouts = CliRunner().invoke(cli, ["plan", *with_images, "--gpu", "H100", "--num-gpus", "2"])
     assert json.loads(layouts.output)["performance"]["workload"].startswith("3064 in")
+
+
+def test_qwen25_vl_reads_its_flat_config_with_its_vision_tower():
+    from servefit.adapters.model_source import load_model
+    from servefit.core.weights import count_params
+
+    spec = load_model("Qwen/Qwen2.5-VL-7B-Instruct", allow_hub=False).spec
+    # a training log printing the loaded model: "Qwen2_5_VLForConditionalGeneration contains
+    # 8.29B parameters" (the catalog entry's source); 28 Qwen2 layers with q/k/v biases
+    assert round(count_params(spec).total / 1e9, 2) == 8.29
+    assert spec.num_layers == 28 and spec.vision is not None
+    assert spec.vision.full_attention_blocks == (7, 15, 23, 31)
+    assert spec.vision.window_patches == (112 // 14) ** 2
+    assert spec.vision.image_rule is not None and spec.vision.image_rule.patch_size == 14

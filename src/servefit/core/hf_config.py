@@ -78,6 +78,7 @@ _FAMILIES: dict[str, Callable[[Fields, str], ModelSpec]] = {
             "starcoder2",
             "ministral",
             "qwen3_vl_text",
+            *("qwen2_vl", "qwen2_5_vl", "qwen2_vl_text", "qwen2_5_vl_text"),
             # Llama-shaped decoders of later releases: SmolLM3 (RoPE left out of some layers,
             # no_rope_layers), OLMo 3 and EXAONE 4 (sliding-window layers by layer_types),
             # Ministral 3 / Devstral 2 (a Mistral decoder with YaRN)

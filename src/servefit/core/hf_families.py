@@ -38,12 +38,20 @@ from servefit.errors import ConfigError
 GEMMA3_DEFAULT_SLIDING_PATTERN = 6  # transformers Gemma3TextConfig.sliding_window_pattern
 
 
+# Qwen2's decoder, alone or as the language model of Qwen2-VL / Qwen2.5-VL (their text
+# config, flat or nested as text_config in later transformers dumps)
+QWEN2_TEXT_TYPES = frozenset(
+    {"qwen2", "qwen2_vl", "qwen2_5_vl", "qwen2_vl_text", "qwen2_5_vl_text"}
+)
+
+
 def parse_standard(f: Fields, name: str) -> ModelSpec:
     """Llama, Mistral, Qwen2/3, Phi-3/4, Granite, OLMo ...: one attention + one dense MLP."""
     model_type = f.text("model_type")
     n = f.int("num_hidden_layers")
     window: int | None = None
-    if model_type in ("qwen2", "qwen3", "qwen3_vl_text"):
+    qwen2 = model_type in QWEN2_TEXT_TYPES
+    if qwen2 or model_type in ("qwen3", "qwen3_vl_text"):
         use_window = f.bool("use_sliding_window", default=False)
         max_window_layers = f.int("max_window_layers", default=n)
         base_window = window_of(f)  # read (and checked) even when unused
@@ -55,10 +63,10 @@ def parse_standard(f: Fields, name: str) -> ModelSpec:
     if model_type == "exaone4":  # "LLLG": local (sliding) and global layers, repeating
         types = _exaone4_types(f.text("sliding_window_pattern"), n, types, name)
     flags = {
-        "has_qkv_bias": f.bool("attention_bias", default=model_type == "qwen2"),
+        "has_qkv_bias": f.bool("attention_bias", default=qwen2),
         "has_qk_norm": model_type in ("qwen3", "qwen3_vl_text"),
     }
-    if model_type == "qwen2":
+    if qwen2:
         flags["has_qkv_bias"] = True  # Qwen2 always has q/k/v biases (no config field)
     layers = []
     for i in range(n):

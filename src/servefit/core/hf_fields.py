@@ -274,7 +274,16 @@ def text_and_vision(config: Config, where: str = "config.json") -> tuple[Config,
         if vision is not None and not isinstance(vision, Mapping):
             raise ConfigError(f"{where}: vision_config must be an object, got {show(vision)}")
         return merged, vision
+    vision = config.get("vision_config")
+    if isinstance(vision, Mapping) and config.get("model_type") in FLAT_VISION_MODEL_TYPES:
+        # Qwen2-VL / Qwen2.5-VL's own config.json: the text fields at the top level
+        return {k: v for k, v in config.items() if k != "vision_config"}, vision
     return config, None
+
+
+# multimodal configs that keep the language model's fields at the top level beside
+# vision_config (transformers' Qwen2VLConfig / Qwen2_5_VLConfig as the checkpoints ship them)
+FLAT_VISION_MODEL_TYPES = frozenset({"qwen2_vl", "qwen2_5_vl"})
 
 
 # The dtypes a model computes in (vLLM's _STR_DTYPE_TO_TORCH_DTYPE, vllm/config/model.py):
