@@ -80,3 +80,48 @@ def test_an_sglang_plan_names_its_sglang_release_not_vllms():
     bad = CliRunner().invoke(cli, [*args, "--sglang-version", "0.2"])
     assert bad.exit_code == 2 and "from 0.3.6 on" in bad.output
     assert "budget (x mem_fraction_static)" in result.output
+
+
+def _plan_dsv3(*args):
+    result = CliRunner().invoke(
+        cli,
+        ["plan", "deepseek-ai/DeepSeek-V3", "--gpu", "H200", "--offline", "--json", *args],
+    )
+    return result.exit_code, result.output
+
+
+def test_dp_attention_splits_the_tp_gpus_into_attention_ranks():
+    code, out = _plan_dsv3("--tp", "8", "--dp-size", "8", "--enable-dp-attention")
+    assert code == 0, out
+    doc = json.loads(out)
+    s = doc["settings"]
+    # 8 GPUs: 8 attention ranks of one GPU each, the experts over all 8
+    assert (s["tensor_parallel_size"], s["data_parallel_size"]) == (1, 8)
+    assert doc["vllm_command"].startswith(
+        "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp-size 8 "
+        "--dp-size 8 --enable-dp-attention"
+    )
+    # 0.5.9's reserve on an H200 (chunk 8192, graph batch 512 at tp 8): 512 + 1.5 x 8192 +
+    # 2 x 512 + 8 / 8 x 1024 = 14,848 MB, plus DP attention's 512 x 8 x (3 + 1.5) = 18,432
+    total = doc["memory"]["total_bytes_per_gpu"]
+    mib = 1024 * 1024
+    assert s["gpu_memory_utilization"] == round((total - (14_848 + 18_432) * mib) / total, 3)
+    code, out = _plan_dsv3("--tp", "8")
+    assert json.loads(out)["settings"]["gpu_memory_utilization"] == round(
+        (total - 14_848 * mib) / total, 3
+    )
+
+
+def test_dp_size_without_dp_attention_is_replicas_and_bad_splits_are_refused():
+    code, out = _plan_dsv3("--tp", "8", "--dp-size", "2")
+    assert code == 0, out
+    s = json.loads(out)["settings"]
+    assert (s["tensor_parallel_size"], s["data_parallel_size"]) == (8, 2)  # 16 GPUs
+    for args, says in (
+        (("--tp", "8", "--dp-size", "3", "--enable-dp-attention"), "dividing --tp-size 8"),
+        (("--tp", "8", "--enable-dp-attention"), "needs --dp-size"),
+    ):
+        code, out = _plan_dsv3(*args)
+        assert code == 2 and says in out.replace("\n", " "), out
+    code, out = _plan("--tp", "2", "--dp-size", "2", "--enable-dp-attention")
+    assert code == 2 and "for MoE models" in out.replace("\n", " ")

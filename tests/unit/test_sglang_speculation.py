@@ -187,3 +187,14 @@ def test_an_sglang_logs_server_args_carry_its_speculation_into_the_plan():
     with pytest.raises(InvalidArgumentError, match="speculative_num_steps='3'"):
         settings_from_server_args(args | {"speculative_num_steps": "3"})
     assert "speculative" not in settings_from_server_args({"speculative_algorithm": None})
+
+
+def test_an_sglang_logs_dp_attention_is_planned_as_its_ranks():
+    from servefit.app.check_sglang_log import settings_from_server_args
+
+    args = {"tp_size": 8, "dp_size": 8, "enable_dp_attention": True}
+    got = settings_from_server_args(args)
+    assert (got["tensor_parallel_size"], got["data_parallel_size"]) == (1, 8)
+    assert got["sglang_dp_attention"] and got["enable_expert_parallel"]
+    replicas = settings_from_server_args({"tp_size": 4, "dp_size": 2})
+    assert (replicas["tensor_parallel_size"], replicas["data_parallel_size"]) == (4, 2)

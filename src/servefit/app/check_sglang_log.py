@@ -61,6 +61,19 @@ def settings_from_server_args(args: dict[str, Any]) -> dict[str, Any]:
         if arg == "kv_cache_dtype":
             value = _KV_DTYPES.get(value, value)
         out[setting] = value
+    dp = args.get("dp_size")
+    if isinstance(dp, int) and not isinstance(dp, bool) and dp > 1:
+        tp = out.get("tensor_parallel_size", 1)
+        if args.get("enable_dp_attention") is True and tp % dp == 0:
+            # attention ranks within the --tp-size GPUs (planned as DP x EP)
+            out |= {
+                "tensor_parallel_size": tp // dp,
+                "data_parallel_size": dp,
+                "enable_expert_parallel": True,
+                "sglang_dp_attention": True,
+            }
+        else:
+            out["data_parallel_size"] = dp
     algorithm = args.get("speculative_algorithm")
     if algorithm is not None:
         counts = {}

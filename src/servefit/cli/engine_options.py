@@ -65,6 +65,20 @@ SGLANG_OPTIONS = (
     ),
     click.option("--context-length", type=HUMAN_INT, help="SGLang: the longest request."),
     click.option("--tp-size", "--tp", "tp_size", type=int, help="SGLang: tensor parallelism."),
+    click.option(
+        "--dp-size",
+        "--dp",
+        "dp_size",
+        type=click.IntRange(min=1),
+        help="SGLang: data-parallel ranks (replicas; attention ranks with --enable-dp-attention).",
+    ),
+    click.option(
+        "--enable-dp-attention",
+        is_flag=True,
+        default=None,
+        help="SGLang: attention data-parallel over --dp-size ranks of the --tp-size GPUs, the "
+        "experts over all of them (MoE models).",
+    ),
     click.option("--max-running-requests", type=int, help="SGLang: requests running at once."),
     click.option("--chunked-prefill-size", type=HUMAN_INT, help="SGLang: prefill tokens per step."),
     click.option(
@@ -122,16 +136,21 @@ def apply_sglang_flags(flags: dict[str, Any], settings: Any, engine: str | None)
     speculation = _sglang_speculation(flags, settings)
     if speculation is not None:
         given["speculative"] = speculation
+    dp, dp_attention = flags.pop("dp_size", None), flags.pop("enable_dp_attention", None)
     version = flags.pop("sglang_version", None)
     if version is not None:
         from servefit.core.engines.sglang import parse_sglang_version
 
         parse_sglang_version(version)  # a bad release is a usage error now, not at planning
         given["sglang_version"] = version
+    if dp is not None or dp_attention:
+        given["data_parallel"] = (dp, bool(dp_attention))
     if not given:
         return settings, engine
     spelled = ", ".join(
-        "--speculative-algorithm" if k == "speculative" else "--" + k.replace("_", "-")
+        {"speculative": "--speculative-algorithm", "data_parallel": "--dp-size"}.get(
+            k, "--" + k.replace("_", "-")
+        )
         for k in given
     )
     if engine is not None and engine.strip().lower() != "sglang":
@@ -144,6 +163,8 @@ def apply_sglang_flags(flags: dict[str, Any], settings: Any, engine: str | None)
         if key == "speculative":
             changes["speculative"] = value
             continue
+        if key == "data_parallel":
+            continue  # below, once TP is known
         field, vllm_flag = SGLANG_FLAGS.get(key, (key, f"--{key.replace('_', '-')}"))
         current = getattr(settings, field)
         if current != getattr(defaults, field) and current != value:
@@ -152,7 +173,31 @@ def apply_sglang_flags(flags: dict[str, Any], settings: Any, engine: str | None)
                 "setting: give one"
             )
         changes[field] = value
-    return replace(settings, **changes), "sglang"
+    settings = replace(settings, **changes)
+    if "data_parallel" in given:
+        settings = _sglang_data_parallel(settings, *given["data_parallel"])
+    return settings, "sglang"
+
+
+def _sglang_data_parallel(settings: Any, dp: int | None, dp_attention: bool) -> Any:
+    """SGLang's --dp-size: replicas of --tp-size GPUs each, or, with --enable-dp-attention,
+    attention ranks within the --tp-size GPUs (planned as DP x EP: each rank's attention and
+    KV whole, the experts over every GPU)."""
+    if not dp_attention:
+        return replace(settings, data_parallel_size=dp or 1)
+    tp = settings.tensor_parallel_size
+    if dp is None or dp < 2 or tp % dp:
+        raise InvalidArgumentError(
+            f"--enable-dp-attention needs --dp-size of 2 or more dividing --tp-size {tp} "
+            f"(got --dp-size {dp}): SGLang splits the --tp-size GPUs into attention ranks"
+        )
+    return replace(
+        settings,
+        tensor_parallel_size=tp // dp,
+        data_parallel_size=dp,
+        enable_expert_parallel=True,
+        sglang_dp_attention=True,
+    )
 
 
 _SPECULATIVE_KEYS = (

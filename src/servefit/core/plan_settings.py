@@ -104,6 +104,9 @@ class ServeSettings:
     # offloaded to the GPUs; None = all of them (-ngl 99). Only llama.cpp takes it
     n_gpu_layers: int | None = None
     sglang_version: str | None = None  # --sglang-version: whose SGLang defaults (None: newest)
+    # SGLang's --enable-dp-attention: attention data-parallel over data_parallel_size ranks,
+    # the experts over every GPU (planned as DP x EP); only SGLang takes it
+    sglang_dp_attention: bool = False
 
     def __post_init__(self) -> None:
         checks = {

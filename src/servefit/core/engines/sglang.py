@@ -108,6 +108,7 @@ def default_mem_fraction_static(
     version: str = DEFAULT_SGLANG_VERSION,
     *,
     drafter_reserve_bytes: float = 0.0,
+    dp_attention_ranks: int = 0,
 ) -> float:
     """SGLang's default ``--mem-fraction-static`` for this GPU and layout, by release
     (``ServerArgs.__post_init__`` / ``_handle_gpu_memory_settings`` in server_args.py):
@@ -121,8 +122,11 @@ def default_mem_fraction_static(
       / 8 GiB, at least 10 GiB above 60 GiB (MB counted as MiB).
 
     From 0.4.9 a speculative drafter keeps ``drafter_reserve_bytes`` more out
-    (:func:`servefit.core.engines.sglang_spec.reserve_bytes`); the TP-only rules before it
-    keep none."""
+    (:func:`servefit.core.engines.sglang_spec.reserve_bytes`), and DP attention over
+    ``dp_attention_ranks`` ranks 4 GiB more (0.4.9 to 0.5.2) or 3 MB per CUDA-graph batch
+    entry and rank (4.5 MB above a graph batch of 300; 0.5.9 on, before the 10 GiB floor);
+    the TP-only rules before 0.4.9 keep none. ``tp`` is SGLang's --tp-size (every GPU of a
+    DP-attention deployment)."""
     rule = rule_release(version)
     if rule == (0, 3, 6) or (rule == (0, 4, 6) and total_bytes <= 80 * GIB_BYTES):
         eight = 0.82 if parse_sglang_version(version)[1] < 4 else 0.81
@@ -142,9 +146,14 @@ def default_mem_fraction_static(
             kept = 12 + world / 2
         else:
             kept = 32
+        if dp_attention_ranks:
+            kept += 4
         return round((total_bytes - kept * GIB_BYTES - drafter_reserve_bytes) / total_bytes, 3)
     chunk, graphs = gpu_defaults(total_bytes, tp)
-    reserved = (512 + max(chunk, 2048) * 1.5 + graphs * 2 + tp * pp / 8 * 1024) * MIB_BYTES
+    reserved_mb = 512 + max(chunk, 2048) * 1.5 + graphs * 2 + tp * pp / 8 * 1024
+    if dp_attention_ranks:  # "DP attention needs more padding for some operations"
+        reserved_mb += graphs * dp_attention_ranks * (3 + (1.5 if graphs > 300 else 0))
+    reserved = reserved_mb * MIB_BYTES
     if total_bytes > 60 * GIB_BYTES:
         reserved = max(reserved, LARGE_GPU_RESERVE_BYTES)
     return round((total_bytes - reserved - drafter_reserve_bytes) / total_bytes, 3)
@@ -243,6 +252,11 @@ class SglangEngine(VllmAccountedEngine):
                 "--speculative-algorithm EAGLE|EAGLE3|NEXTN|STANDALONE and "
                 "--speculative-draft-model-path (plan them as SGLang spells them)"
             )
+        if settings.sglang_dp_attention and not spec.is_moe:
+            raise InvalidArgumentError(
+                f"--enable-dp-attention on {spec.name}: servefit plans SGLang's DP attention "
+                "for MoE models (attention per rank, the experts over every GPU)"
+            )
         # the target alone: SGLang sizes its pool before the drafter loads
         target = replace(settings, speculative=None, draft=None) if sc else settings
         base = VllmAccountedEngine.plan(
@@ -251,19 +265,22 @@ class SglangEngine(VllmAccountedEngine):
         if settings.kv_cache_memory_bytes is not None or not base.layout.groups:
             return base  # a pool the user sized, or nothing to pool: vLLM's answer stands
         r = base.settings
+        dp_attention = r.data_parallel_size if settings.sglang_dp_attention else 0
+        sglang_tp = r.tensor_parallel_size * (dp_attention or 1)  # SGLang's --tp-size
         if sc is not None and state_slot_bytes(spec, r.tensor_parallel_size):
             raise InvalidArgumentError(
                 f"--speculative-algorithm {sc.sglang_algorithm} on {spec.name}: SGLang's "
                 "speculative state slots of linear-attention / Mamba layers are not planned"
             )
-        chunk, _ = gpu_defaults(base.memory.total_bytes, r.tensor_parallel_size)
+        chunk, _ = gpu_defaults(base.memory.total_bytes, sglang_tp)
         version = settings.sglang_version or DEFAULT_SGLANG_VERSION
         fraction = settings.gpu_memory_utilization or default_mem_fraction_static(
             base.memory.total_bytes,
-            r.tensor_parallel_size,
+            sglang_tp,
             r.pipeline_parallel_size,
             version,
             drafter_reserve_bytes=reserve_bytes(sc.sglang_algorithm if sc else None),
+            dp_attention_ranks=dp_attention,
         )
         asked_running = settings.max_num_seqs or (default_running_requests(sc) if sc else None)
         pool = sglang_pool(base, spec, fraction, asked_running)
@@ -318,6 +335,13 @@ class SglangEngine(VllmAccountedEngine):
         if sc is not None:
             plan = with_sglang_drafter(
                 plan, spec, sc, settings.draft, pool.kv_tokens, extra_tokens, fraction
+            )
+        if dp_attention:
+            note += (
+                f"; DP attention: {dp_attention} attention ranks of {r.tensor_parallel_size} "
+                f"GPU(s), each with its requests' KV and whole attention weights, the experts "
+                f"over all {sglang_tp} GPUs (planned as expert parallelism: the same bytes a GPU; "
+                "SGLang's all-gather / reduce-scatter timed as EP's exchange)"
             )
         rule = ".".join(map(str, rule_release(version)))
         read = (

@@ -149,8 +149,14 @@ def _sglang_args(model_id: str, plan: CapacityPlan, asked: ServeSettings) -> lis
     """``python -m sglang.launch_server`` (docs.sglang.io, Server Arguments)."""
     r = plan.settings
     args = ["python", "-m", "sglang.launch_server", "--model-path", model_id]
-    if r.tensor_parallel_size > 1:
-        args += ["--tp-size", str(r.tensor_parallel_size)]
+    dp = r.data_parallel_size
+    tp = r.tensor_parallel_size * (dp if asked.sglang_dp_attention else 1)  # SGLang's TP
+    if tp > 1:
+        args += ["--tp-size", str(tp)]
+    if dp > 1:
+        args += ["--dp-size", str(dp)]
+        if asked.sglang_dp_attention:
+            args.append("--enable-dp-attention")
     if r.pipeline_parallel_size > 1:
         args += ["--pp-size", str(r.pipeline_parallel_size)]
     args += ["--context-length", str(r.max_model_len)]
