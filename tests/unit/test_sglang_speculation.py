@@ -50,6 +50,11 @@ def test_the_flags_left_out_are_chosen_as_sglang_chooses_them():
         is_deepseek=True,
     )
     assert (mtp.method, mtp.k, mtp.eagle_topk, mtp.verify_tokens) == (SpecMethod.MTP, 3, 1, 4)
+    # EAGLE without a draft path is the checkpoint's own MTP layers (SGLang's DeepSeek case)
+    own = sglang_speculative_config(
+        "EAGLE", draft_model_path=None, num_steps=None, eagle_topk=None, num_draft_tokens=None
+    )
+    assert (own.method, own.model, own.k, own.verify_tokens) == (SpecMethod.MTP, None, 3, 4)
     # a chain verifies steps + 1 whatever --speculative-num-draft-tokens says
     chain = sglang_speculative_config(
         "EAGLE", draft_model_path="head", num_steps=3, eagle_topk=1, num_draft_tokens=16
@@ -71,6 +76,7 @@ def test_the_pool_grows_by_the_drafts_of_every_running_request():
         ({"algorithm": "NGRAM"}, "not planned"),
         ({"algorithm": "MEDUSA"}, "SGLang takes EAGLE, EAGLE3, NEXTN, STANDALONE"),
         ({"algorithm": "EAGLE3", "draft_model_path": None}, "--speculative-draft-model-path"),
+        ({"algorithm": "STANDALONE", "draft_model_path": ""}, "--speculative-draft-model-path"),
         ({"algorithm": "EAGLE3", "num_steps": 0}, "--speculative-num-steps 0"),
         ({"algorithm": "EAGLE3", "num_steps": None, "eagle_topk": 2}, "need"),
     ],
@@ -198,3 +204,12 @@ def test_an_sglang_logs_dp_attention_is_planned_as_its_ranks():
     assert got["sglang_dp_attention"] and got["enable_expert_parallel"]
     replicas = settings_from_server_args({"tp_size": 4, "dp_size": 2})
     assert (replicas["tensor_parallel_size"], replicas["data_parallel_size"]) == (4, 2)
+
+
+def test_eagle_without_a_draft_on_a_checkpoint_without_mtp_layers_is_refused():
+    result = CliRunner().invoke(
+        cli,
+        ["plan", "Qwen/Qwen3-8B", "--gpu", "H100", "--offline", "--speculative-algorithm", "EAGLE"],
+    )
+    assert result.exit_code == 2
+    assert "has none: give the draft's path" in result.output.replace("\n", " ")

@@ -39,6 +39,7 @@ from servefit.core.hardware import GpuSpec
 from servefit.core.kv_pages import state_bytes
 from servefit.core.model_spec import LinearAttentionSpec, MambaSpec, ModelSpec
 from servefit.core.plan import CapacityPlan, ServeSettings, plan_capacity
+from servefit.core.speculative import SpecMethod
 from servefit.errors import InvalidArgumentError
 from servefit.units import GIB_BYTES, MIB_BYTES, dtype_bytes
 
@@ -251,6 +252,12 @@ class SglangEngine(VllmAccountedEngine):
                 "--speculative-config is vLLM's flag; SGLang speculates with "
                 "--speculative-algorithm EAGLE|EAGLE3|NEXTN|STANDALONE and "
                 "--speculative-draft-model-path (plan them as SGLang spells them)"
+            )
+        if sc is not None and sc.method is SpecMethod.MTP and not spec.mtp_layers:
+            raise InvalidArgumentError(
+                f"--speculative-algorithm {sc.sglang_algorithm} without "
+                f"--speculative-draft-model-path runs the checkpoint's own MTP layers, and "
+                f"{spec.name} has none: give the draft's path"
             )
         if settings.sglang_dp_attention and not spec.is_moe:
             raise InvalidArgumentError(

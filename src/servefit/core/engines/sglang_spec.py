@@ -81,6 +81,10 @@ def sglang_speculative_config(
             f"{', '.join([*ALGORITHMS, *NOT_PLANNED])}"
         )
     method = ALGORITHMS[name]
+    if name == "EAGLE" and not draft_model_path:
+        # SGLang sets the draft to the checkpoint itself for DeepSeek-V3 / GLM-4-MoE (its MTP
+        # layers, as NEXTN); another checkpoint without them is refused where it is planned
+        method, is_deepseek = SpecMethod.MTP, True
     for flag, value in (
         ("--speculative-num-steps", num_steps),
         ("--speculative-eagle-topk", eagle_topk),
