@@ -75,4 +75,6 @@ def pop_images(flags: dict[str, Any]) -> tuple[Any, tuple[str, ...]]:
         per_request=per_request or 1,
         processor_kwargs=tuple(sorted(kwargs.items())),
     )
-    return images, images.vllm_args()
+    from servefit.adapters.image_flags import image_vllm_args
+
+    return images, image_vllm_args(images)

@@ -192,19 +192,6 @@ class ImageWorkload:
                 f"--images-per-request {self.per_request}: give at least 1 (or no --image-size)"
             )
 
-    def vllm_args(self) -> tuple[str, ...]:
-        """The ``vllm serve`` flags these images need: the processor overrides as given, and
-        the per-prompt limit when a request carries more than one image."""
-        import json
-
-        args: tuple[str, ...] = ()
-        if self.processor_kwargs:
-            given = json.dumps(dict(self.processor_kwargs), separators=(",", ":"))
-            args += ("--mm-processor-kwargs", given)
-        if self.per_request > 1:
-            args += ("--limit-mm-per-prompt", json.dumps({"image": self.per_request}))
-        return args
-
     def describe(self) -> str:
         each = "an image" if self.per_request == 1 else f"{self.per_request} images"
         return f"{each} of {self.width}x{self.height} a request"

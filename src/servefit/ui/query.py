@@ -263,6 +263,8 @@ def deployment_for(q: PageQuery, model: str | None = None) -> Any:
     )
     if g("target-concurrency") is not None and g("context") is None:
         raise FieldError("target-concurrency", "needs context (the tokens per request to hold)")
+    from servefit.adapters.image_flags import image_vllm_args
+
     images = None
     if g("image-size") is not None:
         from servefit.core.image_tokens import ImageWorkload
@@ -292,7 +294,7 @@ def deployment_for(q: PageQuery, model: str | None = None) -> Any:
         allow_hub=not g("offline", False),
         acceptance_rate=g("acceptance-rate"),
         images=images,
-        extra_args=images.vllm_args() if images is not None else (),
+        extra_args=image_vllm_args(images),
     )
 
 
