@@ -125,3 +125,11 @@ def test_dp_size_without_dp_attention_is_replicas_and_bad_splits_are_refused():
         assert code == 2 and says in out.replace("\n", " "), out
     code, out = _plan("--tp", "2", "--dp-size", "2", "--enable-dp-attention")
     assert code == 2 and "for MoE models" in out.replace("\n", " ")
+
+
+def test_deploy_refuses_an_sglang_deployment_by_name(tmp_path):
+    args = ["Qwen/Qwen3-8B", "--gpu", "H100", "--offline", "--tp", "2"]
+    result = CliRunner().invoke(cli, ["deploy", *args, "--emit", str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert "writes vLLM's manifests; a SGLang deployment" in result.output.replace("\n", " ")
+    assert not (tmp_path / "out").exists()

@@ -90,6 +90,11 @@ def manifest_spec_from_plan(
     added unless the argv names a backend."""
     if gpus_per_node < 1:
         raise InvalidArgumentError(f"--gpus-per-node must be >= 1, got {gpus_per_node}")
+    if not outcome.capacity.engine.startswith("vllm"):
+        raise InvalidArgumentError(
+            f"servefit deploy writes vLLM's manifests; a {outcome.capacity.engine_label} "
+            "deployment is not written yet: its launch line is `servefit plan`'s"
+        )
     argv = outcome.command_args
     capacity = outcome.capacity
     if use_recommendation:
