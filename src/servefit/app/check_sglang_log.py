@@ -95,7 +95,6 @@ def settings_from_server_args(args: dict[str, Any]) -> dict[str, Any]:
             num_steps=counts["speculative_num_steps"],
             eagle_topk=counts["speculative_eagle_topk"],
             num_draft_tokens=counts["speculative_num_draft_tokens"],
-            is_deepseek=str(algorithm).upper() == "NEXTN",
         )
     return out
 

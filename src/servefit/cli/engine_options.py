@@ -236,8 +236,4 @@ def _sglang_speculation(flags: dict[str, Any], settings: Any) -> Any:
         num_steps=values["speculative_num_steps"],
         eagle_topk=values["speculative_eagle_topk"],
         num_draft_tokens=values["speculative_num_draft_tokens"],
-        # auto_choose_speculative_params picks (3, 1, 4) for DeepSeek checkpoints, whose
-        # MTP layers NEXTN runs; servefit takes NEXTN for one before the model is read
-        is_deepseek=algorithm.strip().upper() == "NEXTN"
-        or values["speculative_draft_model_path"] is None,
     )

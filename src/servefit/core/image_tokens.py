@@ -23,7 +23,7 @@ A family without a rule here refuses an image workload, naming it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from servefit.errors import InvalidArgumentError
@@ -89,8 +89,6 @@ class ImageTokenRule:
 
     def with_processor_kwargs(self, kwargs: dict[str, Any]) -> ImageTokenRule:
         """The rule under vLLM's ``--mm-processor-kwargs`` (min_pixels / max_pixels)."""
-        from dataclasses import replace
-
         unknown = sorted(set(kwargs) - {"min_pixels", "max_pixels"})
         if unknown or not self.resizes:
             takes = "min_pixels and max_pixels" if self.resizes else "no size settings"

@@ -81,6 +81,7 @@ def sglang_speculative_config(
             f"{', '.join([*ALGORITHMS, *NOT_PLANNED])}"
         )
     method = ALGORITHMS[name]
+    is_deepseek = is_deepseek or name == "NEXTN"  # NEXTN runs DeepSeek's MTP layers
     if name == "EAGLE" and not draft_model_path:
         # SGLang sets the draft to the checkpoint itself for DeepSeek-V3 / GLM-4-MoE (its MTP
         # layers, as NEXTN); another checkpoint without them is refused where it is planned
