@@ -25,11 +25,11 @@ GPT_OSS_20B_H100_TP2 = (
     "openai-gpt-oss-20b--h100-80gb--tp2pp1dp1--8192.log"
 )
 LOGGED_GIB = 7.01
-# What the layout cannot explain: the triton_kernels Hopper swizzle pads again (value and
-# scale layouts of the triton_kernels release in the wheel, not in vLLM's source), and
+# What the layout cannot explain: the triton_kernels Hopper swizzle pads the values again
+# (the value layout of the triton_kernels release in the wheel, not in vLLM's source), and
 # vLLM 0.19 (the log) is older than the 0.32 rules. Held under this so that a change that
 # widens the gap is seen.
-UNMODELLED_GIB = 0.5
+UNMODELLED_GIB = 0.25
 
 
 def test_gpt_oss_20b_on_h100_picks_triton_as_logged():
@@ -43,10 +43,13 @@ def test_gpt_oss_20b_on_h100_tp2_weights(catalog_model, gpu):
     )
     planned = plan.memory.weights_bytes / GIB_BYTES
     checkpoint = weight_bytes(spec, tp=2).per_gpu_bytes / GIB_BYTES
-    # checkpoint 6.43 GiB < planned 6.55 GiB (intermediate 1,440 -> 1,472 per rank, scale
-    # groups to 4, float32 biases) < logged 7.01 GiB
+    # checkpoint 6.43 GiB < planned 6.83 GiB < logged 7.01 GiB. The layout adds: intermediate
+    # 1,440 -> 1,472 per rank, scale groups to 4 in the swizzled copy, float32 biases, and the
+    # checkpoint's scales kept beside that copy: 24 layers x 32 experts x (w13: 2 x 1,472 rows
+    # x 2,880 / 32 groups + w2: 2,880 rows x 1,472 / 32 groups) = 768 x 397,440 = 305,233,920
+    # bytes = 0.284 GiB
     assert round(checkpoint, 2) == 6.43
-    assert round(planned, 2) == 6.55
+    assert round(planned, 2) == 6.83
     assert checkpoint < planned < LOGGED_GIB
-    assert LOGGED_GIB - planned == pytest.approx(0.46, abs=0.01)
+    assert LOGGED_GIB - planned == pytest.approx(0.18, abs=0.01)
     assert LOGGED_GIB - planned < UNMODELLED_GIB

@@ -146,9 +146,10 @@ def test_mxfp4_triton_on_hopper_pads_intermediate_to_64_and_scale_groups_to_4():
         1472,
     )
     # down_proj (in 1,472, out 2,880): 2,880 x 736 = 2,119,680 B of nibbles; 46 scale groups
-    # padded to 48 (_swizzle_mxfp4, #47303): 2,880 x 48 = 138,240 B
+    # padded to 48 in the swizzled copy (_swizzle_mxfp4, #47303): 2,880 x 48 = 138,240 B;
+    # the checkpoint's 46 groups kept on the layer: 2,880 x 46 = 132,480 B
     got = laid_out_bytes(layout, fmt, in_features=1472, out_features=2880, model_dtype_bytes=BF16)
-    assert got == 2_119_680 + 138_240
+    assert got == 2_119_680 + 138_240 + 132_480
 
 
 def test_gpt_oss_120b_weights_per_gpu_by_capability(catalog_model):
@@ -165,8 +166,9 @@ def test_gpt_oss_120b_weights_per_gpu_by_capability(catalog_model):
     assert round(a100 / GIB_BYTES, 2) == 65.91
     # Hopper (no padding of 2,880): scale groups 90 -> 92 on gate, up and down (2 more
     # one-byte scales on each of 2,880 rows), biases bf16 -> float32 (2 more bytes on each
-    # of 2,880 gate, up and down outputs): 3 x 5,760 + 3 x 5,760 = 34,560 B an expert
-    extra_h100 = experts * (3 * 2 * 2880 + 3 * 2880 * 2)
+    # of 2,880 gate, up and down outputs): 3 x 5,760 + 3 x 5,760 = 34,560 B an expert; and
+    # the checkpoint's 90 scales of each of the 3 x 2,880 rows, kept beside the swizzled copy
+    extra_h100 = experts * (3 * 2 * 2880 + 3 * 2880 * 2 + 3 * 2880 * 90)
     assert h100 - checkpoint == extra_h100
     # B200 (FLASHINFER_TRTLLM_MXFP4_BF16): Marlin's padding, biases in float32 besides:
     # gate/up 2,944 and down 3,072 more bytes an element than the A100's bf16 biases

@@ -224,8 +224,8 @@ def vllm_behaviour(version: str = DEFAULT_VLLM_VERSION) -> VllmBehaviour:
         # hand ("users have to install triton_kernels manually", #27672), and later releases
         # load it from vllm/third_party/triton_kernels. A gpt-oss-120b log of v0.10.1 on an
         # H100 (vllm-project/vllm#23278) loads 65.97 GiB, the Marlin layout's 65.91; one of
-        # v0.14.1 (#33155) 64.38 GiB, the triton_kernels layout (60.93 GiB before its own
-        # swizzle padding, which is not in vLLM's tree). servefit switches at 0.12.
+        # v0.14.1 (#33155) 64.38 GiB, the triton_kernels layout's 64.27 (the checkpoint's
+        # scales stay loaded beside their swizzled copy). servefit switches at 0.12.
         ships_triton_kernels=v >= (0, 12),
         # v0.8.5 vllm/engine/arg_utils.py _set_default_args_v1: "device_memory >= 70 *
         # GiB_bytes" alone picks (8192, 1024); v0.9.2 adds 'and "a100" not in device_name'

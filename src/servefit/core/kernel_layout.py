@@ -4,8 +4,9 @@ A checkpoint's bytes are not always what a GPU holds after loading. On a GPU wit
 support for a weight format, vLLM 0.32 repacks the weights for a fallback kernel in
 ``process_weights_after_loading``: it pads shapes to the kernel's tiles, converts scales
 (fp8 per-tensor scales become one scale per output channel, block scales one per group and
-channel, in the model dtype), and frees the originals. "Model loading took" is measured after
-that step (``DeviceMemoryProfiler`` reads ``torch.cuda.max_memory_allocated`` after
+channel, in the model dtype), and frees the originals (not the MXFP4 scales of the
+triton_kernels MoE, which stay beside their swizzled copy). "Model loading took" is measured
+after that step (``DeviceMemoryProfiler`` reads ``torch.cuda.max_memory_allocated`` after
 ``empty_cache`` and a peak reset, vllm/utils/mem_utils.py and vllm/platforms/cuda.py, v0.32),
 so it counts the laid-out tensors, not the checkpoint's, and never the freed originals.
 
@@ -133,12 +134,15 @@ _TRITON_MOE_MXFP4 = KernelLayout(
         "vllm/model_executor/layers/fused_moe/oracle/mxfp4.py "
         "mxfp4_round_up_hidden_size_and_intermediate_size (intermediate to 64) and "
         "convert_gpt_oss_weight_to_mxfp4_moe_kernel_format (biases to float32); "
-        "quantization/utils/mxfp4_utils.py _swizzle_mxfp4 (scale groups to 4 on 9.0) (v0.32)"
+        "quantization/utils/mxfp4_utils.py _swizzle_mxfp4 (scale groups to 4 on 9.0); "
+        "quantization/mxfp4.py Mxfp4MoEMethod._setup_kernel (TRITON_BACKENDS: weights "
+        "reassigned, scales only moved into the PrecisionConfig) (v0.32)"
     ),
     note=(
         "MXFP4 experts for the triton_kernels MoE: intermediate per rank padded to a multiple "
-        "of 64, scale groups along K to a multiple of 4, biases in float32; the "
-        "triton_kernels swizzle's own padding is not counted (not in vLLM's source)"
+        "of 64, scale groups along K to a multiple of 4 in the swizzled copy while the "
+        "checkpoint's scales stay loaded, biases in float32; the triton_kernels swizzle's own "
+        "value padding is not counted (not in vLLM's source)"
     ),
 )
 
@@ -291,8 +295,12 @@ def laid_out_bytes(
     if layout.kernel in (Kernel.MARLIN_MOE_MXFP4, Kernel.TRTLLM_MOE_MXFP4):
         return n * k / 2 + n * cdiv(k, MXFP4_BLOCK)  # scales stay one byte per 32
     if layout.kernel is Kernel.TRITON_MOE_MXFP4:
-        # _swizzle_mxfp4 pads the scale groups along K to a multiple of 4 on 9.0 (#47303)
-        return n * k / 2 + n * round_up(cdiv(k, MXFP4_BLOCK), 4)
+        # _swizzle_mxfp4 pads the scale groups along K to a multiple of 4 on 9.0 (#47303) in
+        # a new tensor held by the PrecisionConfig; the checkpoint's w13/w2_weight_scale stay
+        # registered on the layer (the TRITON branch reassigns the weights only), so both
+        # copies of the scales are resident
+        swizzled_scales = n * round_up(cdiv(k, MXFP4_BLOCK), 4)
+        return n * k / 2 + swizzled_scales + n * cdiv(k, MXFP4_BLOCK)
     raise AssertionError(layout.kernel)  # every Kernel has its rule above
 
 
