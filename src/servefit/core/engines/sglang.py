@@ -39,6 +39,7 @@ from servefit.core.hardware import GpuSpec
 from servefit.core.kv_pages import state_bytes
 from servefit.core.model_spec import LinearAttentionSpec, MambaSpec, ModelSpec
 from servefit.core.plan import CapacityPlan, ServeSettings, plan_capacity
+from servefit.core.plan_verdict import STARTUP
 from servefit.core.speculative import SpecMethod
 from servefit.errors import InvalidArgumentError
 from servefit.units import GIB_BYTES, MIB_BYTES, dtype_bytes
@@ -48,6 +49,8 @@ MAMBA_SLOTS_PER_RUNNING_REQUEST = 5  # 3 + 2 (extra_buffer with overlap scheduli
 SSM_STATE_BYTES = 4  # float32 temporal state (the config's mamba_ssm_dtype)
 MAX_RUNNING_FLOOR, MAX_RUNNING_CEILING = 2048, 4096  # resolve_max_num_reqs clamp
 LARGE_GPU_RESERVE_BYTES = 10 * GIB_BYTES  # the reserve's floor on a GPU of more than 60 GiB
+REQ_TO_TOKEN_SLOT_BYTES = 4  # ReqToTokenPool.req_to_token is int32
+REQ_TO_TOKEN_EXTRA_SLOTS = 4  # max_context_len = model_config.context_len + 4
 
 # (below this much memory, chunked_prefill_size, cuda_graph_max_bs at tp < 4, at tp >= 4)
 _GPU_TIERS = (
@@ -179,6 +182,57 @@ def state_slot_bytes(spec: ModelSpec, tp: int) -> int:
         for m in layer.mixers
         if isinstance(m, LinearAttentionSpec | MambaSpec)
     )
+
+
+def request_table_bytes(running_requests: int, context_len: int) -> int:
+    """SGLang's request-to-token table on one GPU (``ReqToTokenPool``,
+    mem_cache/memory_pool.py): an int32 row of ``context_len + 4`` token slots for each of
+    ``max_num_reqs + 1`` requests (model_runner.py ``init_memory_pool``), allocated after the
+    pool is sized, so out of what ``--mem-fraction-static`` leaves. It grows with the
+    context, not with the tokens held: Llama 4 Scout's default 10,485,760-token context at
+    the 2,048-request floor is 80.04 GiB (sgl-project/sglang#5755: "Tried to allocate
+    80.04 GiB")."""
+    return (
+        (running_requests + 1)
+        * (context_len + REQ_TO_TOKEN_EXTRA_SLOTS)
+        * (REQ_TO_TOKEN_SLOT_BYTES)
+    )
+
+
+def with_request_table(plan: CapacityPlan, fraction: float) -> tuple[CapacityPlan, int]:
+    """``plan`` with SGLang's request-to-token table in the reserve beside the activations
+    and CUDA graphs, and a start stopped by name where the table is what does not fit;
+    with the table's bytes, which a drafter loaded after it finds taken."""
+    r, memory = plan.settings, plan.memory
+    table = request_table_bytes(r.max_num_seqs, r.max_model_len)
+    reserve = (memory.total_bytes - memory.non_torch_bytes) * (1.0 - fraction)
+    beside = memory.activation_peak_bytes + memory.cuda_graph_bytes
+    note = (
+        f"SGLang's request-to-token table: {r.max_num_seqs + 1:,} rows of "
+        f"{r.max_model_len + REQ_TO_TOKEN_EXTRA_SLOTS:,} int32 slots = "
+        f"{table / GIB_BYTES:,.2f} GiB per GPU, in the {reserve / GIB_BYTES:,.2f} GiB "
+        f"--mem-fraction-static {fraction:g} leaves out (model_runner.py init_memory_pool)"
+    )
+    problems = plan.problems
+    starts = plan.starts
+    if beside <= reserve < beside + table:
+        problems = (
+            *problems,
+            f"{STARTUP}SGLang runs out of memory allocating its request-to-token table: "
+            f"{r.max_num_seqs + 1:,} requests x {r.max_model_len + REQ_TO_TOKEN_EXTRA_SLOTS:,} "
+            f"int32 slots = {table / GIB_BYTES:,.2f} GiB, and --mem-fraction-static "
+            f"{fraction:g} leaves {(reserve - beside) / GIB_BYTES:,.2f} GiB beside the "
+            "activations and CUDA graphs: lower --context-length or --max-running-requests",
+        )
+        starts = False
+    plan = replace(
+        plan,
+        starts=starts,
+        meets_target=plan.meets_target and starts,
+        problems=problems,
+        assumptions=(note, *plan.assumptions),
+    )
+    return plan, table
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -339,9 +393,17 @@ class SglangEngine(VllmAccountedEngine):
             f"{own.max_num_batched_tokens:,} (sglang kv_cache_configurator.py, server_args.py); "
             "weights, activations and runtime buffers are vLLM's estimates"
         )
+        plan, table = with_request_table(plan, fraction)
         if sc is not None:
             plan = with_sglang_drafter(
-                plan, spec, sc, settings.draft, pool.kv_tokens, extra_tokens, fraction
+                plan,
+                spec,
+                sc,
+                settings.draft,
+                pool.kv_tokens,
+                extra_tokens,
+                fraction,
+                taken_bytes=table,
             )
         if dp_attention:
             note += (

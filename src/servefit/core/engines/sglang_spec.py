@@ -163,10 +163,13 @@ def with_sglang_drafter(
     profiled_tokens: int,
     extra_tokens: int,
     fraction: float,
+    *,
+    taken_bytes: int = 0,
 ) -> CapacityPlan:
     """``plan`` (the target's pool, grown by ``extra_tokens``) with the drafter SGLang loads
     after it: its weights and KV pool in the memory ``fraction`` leaves out, beside the
-    activations and CUDA graphs; a drafter that does not fit there stops the start."""
+    activations, CUDA graphs and ``taken_bytes`` allocated before it (the request-to-token
+    table); a drafter that does not fit there stops the start."""
     r, memory = plan.settings, plan.memory
     tp = r.tensor_parallel_size
     layers = drafter.cache_layers(spec, sc, draft)
@@ -182,7 +185,7 @@ def with_sglang_drafter(
     kv = pool * draft_kv_bytes_per_token(spec, layers, tp, r.kv_cache_dtype)
     free_before_load = memory.total_bytes - memory.non_torch_bytes
     reserve = free_before_load * (1.0 - fraction)
-    beside = memory.activation_peak_bytes + memory.cuda_graph_bytes
+    beside = memory.activation_peak_bytes + memory.cuda_graph_bytes + taken_bytes
     headroom = extra_tokens * plan.kv_bytes_per_token
     needed = beside + headroom + weights + kv
     note = (
@@ -193,7 +196,8 @@ def with_sglang_drafter(
         f"{weights / GIB_BYTES:.2f} GiB of weights and {kv / GIB_BYTES:.2f} GiB KV pool "
         f"({pool:,} tokens in {len(layers)} layer(s)) load after it, in the "
         f"{reserve / GIB_BYTES:.2f} GiB --mem-fraction-static {fraction:g} leaves out, beside "
-        f"{beside / GIB_BYTES:.2f} GiB of activations and CUDA graphs (model_runner.py "
+        f"{beside / GIB_BYTES:.2f} GiB of activations, CUDA graphs and the request table "
+        "(model_runner.py "
         "init_memory_pool, server_args.py)"
     )
     problems = plan.problems
