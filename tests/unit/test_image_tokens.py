@@ -102,10 +102,7 @@ def test_a_requests_images_join_its_prompt_and_its_ttft():
         (["Qwen/Qwen3-8B", "--image-size", "640x480"], "has no vision tower"),
         (["Qwen/Qwen3-VL-8B-Instruct", "--images-per-request", "2"], "needs --image-size"),
         (["Qwen/Qwen3-VL-8B-Instruct", "--image-size", "640"], "WIDTHxHEIGHT"),
-        (
-            ["meta-llama/Llama-4-Scout-17B-16E-Instruct", "--image-size", "640x480", "-tp", "4"],
-            "does not count",
-        ),
+        (["google/gemma-4-26B-A4B", "--image-size", "640x480"], "does not count"),
     ],
 )
 def test_an_image_workload_servefit_cannot_count_is_refused(args, says):
@@ -149,3 +146,63 @@ def test_qwen25_vl_reads_its_flat_config_with_its_vision_tower():
     assert spec.vision.full_attention_blocks == (7, 15, 23, 31)
     assert spec.vision.window_patches == (112 // 14) ** 2
     assert spec.vision.image_rule is not None and spec.vision.image_rule.patch_size == 14
+
+
+def _catalog_rule(model: str) -> ImageTokenRule:
+    from servefit.adapters.model_source import load_model
+
+    vision = load_model(model, allow_hub=False).spec.vision
+    assert vision is not None and vision.image_rule is not None
+    return vision.image_rule
+
+
+def test_qwen35_and_36_count_images_with_the_qwen3_vl_processor():
+    # vLLM's qwen3_5.py serves Qwen3.5 / 3.6 with Qwen3VLProcessingInfo: the same smart_resize
+    # and patch 16; 1920x1080 -> 1920x1088, (120 x 68) / 4 = 2,040 tokens
+    qwen3_vl = _catalog_rule("Qwen/Qwen3-VL-8B-Instruct")
+    for model in ("Qwen/Qwen3.6-27B", "Qwen/Qwen3.5-35B-A3B"):
+        rule = _catalog_rule(model)
+        for w, h in ((640, 480), (1920, 1080), (8000, 6000), (100, 80)):
+            assert rule.tokens(w, h) == qwen3_vl.tokens(w, h), (model, w, h)
+        assert rule.tokens(1920, 1080) == 2040
+
+
+@pytest.mark.parametrize(
+    ("size", "canvas", "tokens"),
+    [
+        # get_best_fit over every rows x columns of at most 16 tiles of 336: 640x480 upscales
+        # least onto 2 x 2 (672/640 = 1.05 across, 672/480 = 1.4 down); tokens
+        # 4 tiles x (144 + 1 separator) + 144 global + 3 = 727
+        ((640, 480), (2, 2), 4 * 145 + 147),
+        # 1920x1080 does not fit 16 tiles unscaled: the least downscale is 5 x 3
+        # (1008/1080 = 0.933 down, 1680/1920 = 0.875 across -> 0.875; 4 x 4 gives 0.7):
+        # 15 x 145 + 147 = 2,322
+        ((1920, 1080), (5, 3), 15 * 145 + 147),
+        # one tile: no separators, no global tile: 144 + 3
+        ((100, 80), (1, 1), 147),
+        ((336, 336), (1, 1), 147),
+        # a pixel over the tile: 2 tiles across (scale 1 with the least area)
+        ((337, 336), (2, 1), 2 * 145 + 147),
+    ],
+)
+def test_llama4_tiles_an_image_on_the_processors_canvas(size, canvas, tokens):
+    rule = _catalog_rule("meta-llama/Llama-4-Scout-17B-16E-Instruct")
+    assert rule.canvas(*size) == canvas
+    assert rule.tokens(*size) == tokens
+    assert rule.resized(*size) == (canvas[0] * 336, canvas[1] * 336)
+    # the encoder runs 577 positions (24 x 24 patches + CLS) a tile, the global one included
+    tiles = canvas[0] * canvas[1]
+    assert rule.patches(*size) == (tiles + (1 if tiles > 1 else 0)) * 577
+
+
+def test_llama4_max_patches_moves_the_canvas_and_other_kwargs_are_refused():
+    rule = _catalog_rule("meta-llama/Llama-4-Scout-17B-16E-Instruct")
+    four = rule.with_processor_kwargs({"max_patches": 4})
+    # 1920x1080 on at most 4 tiles: 2 x 2 (min(672/1080, 672/1920) = 0.35) beats 4 or 3
+    # across one row (336/1080 = 0.31)
+    assert four.canvas(1920, 1080) == (2, 2)
+    assert four.tokens(1920, 1080) == 4 * 145 + 147
+    with pytest.raises(InvalidArgumentError, match="max_patches"):
+        rule.with_processor_kwargs({"max_pixels": 1_000_000})
+    with pytest.raises(InvalidArgumentError, match="positive integer"):
+        rule.with_processor_kwargs({"max_patches": 0})
