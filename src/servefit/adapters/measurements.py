@@ -25,7 +25,9 @@ from servefit.core.op_coeffs import ModelCoeffs
 from servefit.core.ops import model_coeffs
 from servefit.core.perf import prefill_time_s, simulate_load
 from servefit.core.plan import CapacityPlan, ServeSettings, plan_capacity
-from servefit.core.quant import WeightFormat, gguf, mlx_affine, nvfp4, uniform_quant
+from servefit.core.quant import WeightFormat, mlx_affine, nvfp4, uniform_quant
+from servefit.core.quant_formats import GGUF_MXFP4_MOE
+from servefit.core.quant_spec import gguf_quant
 from servefit.core.roofline import EfficiencyProfile
 from servefit.core.speculative import Acceptance, DraftNetwork, Speculation
 from servefit.core.workload import LengthDist, Workload
@@ -41,15 +43,11 @@ Metric = Literal[
     "prefill_tok_per_s",
 ]
 
-# Whole-model weight formats for checkpoints that are not in a vLLM-style config
-# (GGUF files, MLX exports, vendor FP4 exports).
+# GGUF files, as llama.cpp writes them (servefit.core.quant_spec.gguf_quant)
+GGUF_WEIGHTS = ("q4_0", "q8_0", "q4_k_m", "q5_k_m", "q6_k", "f16", GGUF_MXFP4_MOE)
+# Whole-model weight formats for checkpoints that are not in a vLLM-style config (MLX
+# exports, vendor FP4 exports).
 WEIGHT_FORMATS: dict[str, WeightFormat] = {
-    "q4_0": gguf("q4_0"),
-    "q8_0": gguf("q8_0"),
-    "q4_k_m": gguf("q4_k_m"),
-    "q5_k_m": gguf("q5_k_m"),
-    "q6_k": gguf("q6_k"),
-    "f16": gguf("f16"),
     "mlx-4bit": mlx_affine(4, 64),
     "mlx-6bit": mlx_affine(6, 64),
     "mlx-8bit": mlx_affine(8, 64),
@@ -79,7 +77,7 @@ class MeasuredSettings(BaseModel):
     # TensorRT-LLM's KV pool: this share of the memory free after loading (its default 0.9)
     kv_cache_free_gpu_memory_fraction: float | None = Field(default=None, gt=0, le=1)
     quantization: str | None = None  # vLLM --quantization (fp8 at load time)
-    weights: str | None = None  # a whole-model format of WEIGHT_FORMATS
+    weights: str | None = None  # a GGUF type of GGUF_WEIGHTS or a format of WEIGHT_FORMATS
     enable_prefix_caching: bool = True
     # speculative decoding: vLLM's --speculative-config object, the draft checkpoint's
     # config.json (an EAGLE head or a draft model) when it has one, and the acceptance the
@@ -142,19 +140,17 @@ def _spec(m: Measurement) -> ModelSpec:
     if entry is None:
         raise ConfigError(f"measurement {m.id}: {m.model} is not in servefit's model catalog")
     spec = spec_from_hf_config(entry.config, name=m.model, hf_quant_config=entry.hf_quant_config)
-    if m.settings.weights:
-        fmt = WEIGHT_FORMATS.get(m.settings.weights)
+    weights = m.settings.weights
+    if weights in GGUF_WEIGHTS:
+        spec = replace(spec, quant=gguf_quant(weights))
+    elif weights:
+        fmt = WEIGHT_FORMATS.get(weights)
         if fmt is None:
             raise ConfigError(
-                f"measurement {m.id}: unknown weights {m.settings.weights!r}; known: "
-                f"{', '.join(WEIGHT_FORMATS)}"
+                f"measurement {m.id}: unknown weights {weights!r}; known: "
+                f"{', '.join((*GGUF_WEIGHTS, *WEIGHT_FORMATS))}"
             )
-        spec = replace(
-            spec,
-            quant=uniform_quant(
-                fmt, method=m.settings.weights, include_embedding=fmt.name.startswith("gguf-")
-            ),
-        )
+        spec = replace(spec, quant=uniform_quant(fmt, method=weights))
     return spec
 
 

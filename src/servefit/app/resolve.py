@@ -199,18 +199,17 @@ def load_draft(d: Deployment) -> DraftNetwork | None:
 
 
 def as_gguf(loaded: LoadedModel, kind: str) -> LoadedModel:
-    """The checkpoint as llama.cpp's converter and quantizer would write it: every linear
-    layer and the output head in GGUF type ``kind`` (:func:`servefit.core.quant.gguf`)."""
+    """The checkpoint as llama.cpp's converter and quantizer would write it in GGUF type
+    ``kind`` (:func:`servefit.core.quant_spec.gguf_quant`)."""
     from dataclasses import replace
 
-    from servefit.core.quant import gguf, uniform_quant
+    from servefit.core.quant_spec import gguf_quant
     from servefit.errors import ConfigError
 
     try:
-        fmt = gguf(kind)
+        quant = gguf_quant(kind)
     except ConfigError as exc:
         raise InvalidArgumentError(f"--gguf {kind}: {exc}") from None
-    quant = uniform_quant(fmt, method=f"gguf {kind.upper()}", include_embedding=True)
     spec = replace(loaded.spec, quant=quant)
     return replace(loaded, spec=spec)
 

@@ -196,6 +196,17 @@ GGUF_SIZES_GIB_AT_LLAMA3_8B = {
 GGUF_ALIASES = {"q3_k": "q3_k_m", "q4_k": "q4_k_m", "q5_k": "q5_k_m"}
 
 
+GGUF_MXFP4_MOE = "mxfp4_moe"  # llama.cpp's LLAMA_FTYPE_MOSTLY_MXFP4_MOE: a mix, not one type
+
+
+def gguf_mxfp4() -> WeightFormat:
+    """ggml's ``block_mxfp4``: 32 four-bit values and one E8M0 scale byte (17 bytes a block,
+    4.25 bits a weight, ggml-common.h)."""
+    return WeightFormat(
+        name="gguf-mxfp4", bits=4, compute_dtype="fp16", group_size=32, scale_bytes=1
+    )
+
+
 def gguf(kind: str) -> WeightFormat:
     """A llama.cpp GGUF type as one whole-model format: its bits per weight from
     llama-quantize's own size table (:data:`GGUF_SIZES_GIB_AT_LLAMA3_8B`); F16 and BF16 are
@@ -207,7 +218,9 @@ def gguf(kind: str) -> WeightFormat:
         return WeightFormat(name=f"gguf-{key}", bits=16, compute_dtype="fp16", scale_bytes=0)
     size_gib = GGUF_SIZES_GIB_AT_LLAMA3_8B.get(key)
     if size_gib is None:
-        known = ", ".join(k.upper() for k in (*GGUF_SIZES_GIB_AT_LLAMA3_8B, "f16", "bf16"))
+        known = ", ".join(
+            k.upper() for k in (*GGUF_SIZES_GIB_AT_LLAMA3_8B, "f16", "bf16", GGUF_MXFP4_MOE)
+        )
         raise ConfigError(f"unknown GGUF type {kind!r}; known: {known}")
     bits = round(size_gib * 2**30 * 8 / LLAMA3_8B_WEIGHTS, 3)
     return WeightFormat(name=f"gguf-{key}", bits=bits, compute_dtype="fp16", scale_bytes=0)

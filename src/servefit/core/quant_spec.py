@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
-from servefit.core.quant_formats import WeightFormat
+from servefit.core.quant_formats import GGUF_MXFP4_MOE, WeightFormat, gguf, gguf_mxfp4
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,3 +134,28 @@ def uniform_quant(
         description=fmt.name,
         includes_embedding=include_embedding,
     )
+
+
+EXPERTS_PATTERN = "*.experts.*"  # the routed experts' stacked tensors (weight_layers.py)
+
+
+def gguf_quant(kind: str) -> QuantSpec:
+    """A checkpoint as llama.cpp's converter and ``llama-quantize`` write it in GGUF type
+    ``kind``: one type for every tensor (the token embedding included), or for
+    ``MXFP4_MOE`` llama.cpp's mix (llama-quant.cpp ``llama_tensor_get_type``: "MoE tensors
+    -> MXFP4, other tensors -> Q8_0", the output head Q8_0), which ggml-org's gpt-oss GGUFs
+    are. Shared experts are 2-D tensors in a GGUF, so Q8_0 too."""
+    key = kind.lower()
+    if key == GGUF_MXFP4_MOE:
+        q8 = gguf("q8_0")
+        return QuantSpec(
+            method=f"gguf {kind.upper()}",
+            default=q8,
+            rules=(
+                QuantRule(pattern="lm_head", fmt=q8),
+                QuantRule(pattern=EXPERTS_PATTERN, fmt=gguf_mxfp4()),
+            ),
+            description="gguf-mxfp4 experts, gguf-q8_0 elsewhere",
+            includes_embedding=True,
+        )
+    return uniform_quant(gguf(kind), method=f"gguf {kind.upper()}", include_embedding=True)
