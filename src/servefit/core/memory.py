@@ -41,7 +41,9 @@ def activation_peak_bytes(
     The larger of the sampler's working set (``SAMPLER_LOGITS_FACTOR`` x fp32 logits of
     ``min(max_num_seqs, max_num_batched_tokens)`` requests; last pipeline stage only) and
     the dense forward pass (gate/up output, activation and a few hidden-state copies per
-    token), plus the fused-MoE intermediate buffers (top-k copies per token).
+    token), plus the fused-MoE intermediate buffers (top-k copies per token), which the fit
+    finds beside the sampler's (Mixtral-8x7B TP 2, Qwen3-30B-A3B); MXFP4 MoE's buffers live
+    only for the layer's call, so there the larger of the two is the peak.
 
     The MoE layers see every data-parallel rank's tokens: the ranks of one engine all-gather
     their hidden states before the experts and reduce-scatter the sums after them (the
@@ -81,6 +83,12 @@ def activation_peak_bytes(
     )
     # the other ranks' hidden states gathered in, and their sums out
     moe_gathered = 2 * (gathered - tokens) * h * act if moe_layers else 0
+    if spec.quant.method == "mxfp4":
+        # vLLM's MXFP4 MoE (quantization/mxfp4.py Mxfp4MoEMethod) calls its kernels for the
+        # layer (triton_kernel_moe_forward / apply_monolithic, fused_marlin_moe, FlashInfer
+        # TRT-LLM) and their buffers are freed when it returns, so the sampler does not find
+        # them: gpt-oss-20b at TP 2 logs a 2.87 GiB peak (vLLM 0.19), the sampler's 2.99 alone
+        return int(max(sampler, dense_forward + moe_forward + moe_gathered))
     return int(max(sampler, dense_forward) + moe_forward + moe_gathered)
 
 
