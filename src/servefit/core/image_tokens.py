@@ -197,6 +197,8 @@ LLAMA4_PIXEL_SHUFFLE_RATIO = 0.5  # transformers Llama4VisionConfig default
 def image_rule(config: dict[str, Any], vision: dict[str, Any]) -> ImageTokenRule | None:
     """The rule of a multimodal ``config.json`` (its ``vision_config`` apart), or None."""
     model_type = config.get("model_type")
+    if not isinstance(model_type, str):
+        return None  # the config's own parse names a model_type that is not a string
     patch = vision.get("patch_size")
     if isinstance(patch, bool) or not isinstance(patch, int) or patch < 1:
         return None
