@@ -18,7 +18,9 @@ What SGLang decides differently from vLLM, and servefit mirrors:
   ``mamba slots // 5`` (3 slots a running request plus the ping-pong pair of the
   ``extra_buffer`` radix strategy that "auto" picks from 0.5.14 with overlap scheduling on);
 * **chunked prefill**: ``chunked_prefill_size`` by the GPU's memory: 2048 below 35 GiB, 4096
-  below 60, 8192 below 160, 16384 from 160 (``_handle_gpu_memory_settings``).
+  below 60, 8192 below 160, 16384 from 160 (``_handle_gpu_memory_settings``);
+* **the request-to-token table**: ``(max_num_reqs + 1) x (context_len + 4)`` int32, allocated
+  after the pool is sized, in the memory the static share leaves (``request_table_bytes``).
 
 The weights, activation and runtime estimates stay vLLM's (the plan says so); SGLang's
 admission into the KV cache is :mod:`servefit.core.engine_scheduling`'s ``sglang`` rule.
