@@ -149,3 +149,57 @@ def test_an_image_workload_needs_pixels_and_at_least_one_image():
         ImageWorkload(width=640, height=480, per_request=0)
     with pytest.raises(InvalidArgumentError, match="give positive pixels"):
         ImageWorkload(width=0, height=480)
+
+
+def test_the_smallest_legal_values_are_taken():
+    # one pixel, patch 1, one token: the refusals start below 1, not at it
+    assert _rule("qwen3_vl", {"patch_size": 1, "spatial_merge_size": 1}) is not None
+    assert _rule("gemma3", {"patch_size": 14, "image_size": 14}).fixed_patches == 1
+    assert _rule("gemma3", {"patch_size": 14, "image_size": 896}, mm_tokens_per_image=1) is not None
+    qwen = _rule("qwen3_vl", QWEN3_VISION)
+    assert qwen.with_processor_kwargs({"min_pixels": 1}).min_pixels == 1
+    # a 1 x 1 image is an image: 32 x 32 is under 65,536 pixels, so scaled by sqrt(65,536) =
+    # 256 and ceiled to 32: 256 x 256, 16 x 16 patches of 16, / 4 = 64 tokens
+    assert qwen.resized(1, 1) == (256, 256) and qwen.tokens(1, 1) == 64
+    llama4 = _rule("llama4", LLAMA4_VISION)
+    one = llama4.with_processor_kwargs({"max_patches": 1})
+    assert one.canvas(1920, 1080) == (1, 1) and one.tokens(1920, 1080) == 147
+    assert _rule("llama4", {**LLAMA4_VISION, "pixel_shuffle_ratio": 1}).tile_tokens == 576
+
+
+def test_an_area_on_a_bound_is_kept_as_rounded():
+    # 512 x 512 at Qwen3-VL is 262,144 pixels: with max_pixels exactly that, no downscale;
+    # with min_pixels exactly that, no upscale: 32 x 32 patches of 16, / 4 = 256 tokens
+    qwen = _rule("qwen3_vl", QWEN3_VISION)
+    at_max = qwen.with_processor_kwargs({"min_pixels": 1, "max_pixels": 262_144})
+    at_min = qwen.with_processor_kwargs({"min_pixels": 262_144, "max_pixels": 16_777_216})
+    assert at_max.resized(512, 512) == (512, 512) == at_min.resized(512, 512)
+    assert at_max.tokens(512, 512) == (512 // 16) ** 2 // 4 == 256
+
+
+def test_each_rule_names_its_source():
+    for rule in (
+        _rule("qwen2_5_vl", QWEN3_VISION),
+        _rule("gemma3", {"patch_size": 14, "image_size": 896}),
+        _rule("llava", {"patch_size": 14, "image_size": 336}),
+        _rule("llama4", LLAMA4_VISION),
+    ):
+        assert "transformers" in rule.source, rule.family
+    assert (
+        "Qwen/Qwen2.5-VL-7B-Instruct preprocessor_config.json"
+        in _rule("qwen2_5_vl", QWEN3_VISION).source
+    )
+
+
+def test_llama4_canvas_ties_take_the_least_area_first():
+    # 336 x 336 fits 1 x 1 at scale 1.0, as do 1 x 2, 2 x 1, 2 x 2 ... : the least area wins
+    rule = _rule("llama4", LLAMA4_VISION)
+    assert rule.canvas(336, 336) == (1, 1)
+    # 672 x 336 (two tiles across at scale 1.0); 2 x 2 and 2 x 3 also reach 1.0: 1 row x 2
+    assert rule.canvas(672, 336) == (2, 1)
+    assert rule.canvas(336, 672) == (1, 2)
+    # 1000 x 336: across 3 tiles (1008) scale min(1008/1000, 336/336) = 1.0 upscale-free
+    assert rule.canvas(1000, 336) == (3, 1)
+    # the encoder runs 577 positions a tile, in whole numbers
+    assert rule.patches(672, 336) == 3 * 577 and isinstance(rule.patches(672, 336), int)
+    assert isinstance(rule.tile_tokens, int)
