@@ -49,6 +49,10 @@ def refused(cfg: dict, match: str, **kwargs) -> None:
         ("vocab_size", 0, "vocab_size must be positive"),
         ("sliding_window", "x", "sliding_window must be an integer"),
         ("sliding_window", -5, "sliding_window must be at least 0"),
+        # a count wherever a config carries it, though Llama's layers do not use it (the
+        # config fuzzer's SmolLM3 case): "x" is refused, not planned around
+        ("max_window_layers", "x", "max_window_layers must be an integer"),
+        ("max_window_layers", False, "max_window_layers must be an integer"),
         ("partial_rotary_factor", "x", "partial_rotary_factor must be a number"),
         ("partial_rotary_factor", 2.0, "partial_rotary_factor must be in \\(0, 1\\]"),
         ("partial_rotary_factor", float("nan"), "partial_rotary_factor must be in"),

@@ -59,6 +59,7 @@ def parse_standard(f: Fields, name: str) -> ModelSpec:
     else:
         window = window_of(f)
         base_window, max_window_layers = window, 0
+        f.optional_int("max_window_layers")  # a count wherever a config carries it (SmolLM3)
     types = layer_types_of(f, n)
     if model_type == "exaone4":  # "LLLG": local (sliding) and global layers, repeating
         types = _exaone4_types(f.text("sliding_window_pattern"), n, types, name)
