@@ -198,7 +198,10 @@ def test_streaming_completion_returns_tokens_and_usage(vllm_server):
             event = json.loads(line.removeprefix("data: "))
             chunks.extend(choice["text"] for choice in event.get("choices", []))
             usage = event.get("usage") or usage
-    assert len(chunks) >= 8  # one event per generated token (the random model never stops)
+    # streamed in more than one event, at most one a token: a busy server's output processor
+    # may merge tokens that are ready together into one event, so the count of tokens is
+    # the usage's, not the events'
+    assert 1 < len(chunks) <= 8
     assert usage is not None
     assert usage["completion_tokens"] == 8
     assert usage["prompt_tokens"] > 1
