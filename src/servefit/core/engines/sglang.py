@@ -34,6 +34,7 @@ from servefit.core.engines.sglang_spec import (
     default_running_requests,
     draft_pool_tokens,
     reserve_bytes,
+    static_reserve,
     with_sglang_drafter,
 )
 from servefit.core.engines.vllm import VllmAccountedEngine
@@ -207,8 +208,7 @@ def with_request_table(plan: CapacityPlan, fraction: float) -> tuple[CapacityPla
     with the table's bytes, which a drafter loaded after it finds taken."""
     r, memory = plan.settings, plan.memory
     table = request_table_bytes(r.max_num_seqs, r.max_model_len)
-    reserve = (memory.total_bytes - memory.non_torch_bytes) * (1.0 - fraction)
-    beside = memory.activation_peak_bytes + memory.cuda_graph_bytes
+    reserve, beside = static_reserve(memory, fraction)
     note = (
         f"SGLang's request-to-token table: {r.max_num_seqs + 1:,} rows of "
         f"{r.max_model_len + REQ_TO_TOKEN_EXTRA_SLOTS:,} int32 slots = "

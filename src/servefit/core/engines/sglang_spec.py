@@ -32,6 +32,7 @@ from dataclasses import replace
 from servefit.core import drafter
 from servefit.core.kv_cache import resolve_kv_dtype_bytes
 from servefit.core.kv_pages import attention_bytes_per_token, mla_bytes_per_token
+from servefit.core.memory import MemoryBreakdown
 from servefit.core.model_spec import AttentionSpec, LayerSpec, MlaSpec, ModelSpec
 from servefit.core.plan import CapacityPlan
 from servefit.core.plan_verdict import STARTUP
@@ -155,6 +156,14 @@ def draft_kv_bytes_per_token(
     return total
 
 
+def static_reserve(memory: MemoryBreakdown, fraction: float) -> tuple[float, int]:
+    """(what --mem-fraction-static ``fraction`` leaves out of the memory free before loading,
+    what the activations and CUDA graphs take of it): the room SGLang's later allocations
+    (the request-to-token table, a drafter) have."""
+    reserve = (memory.total_bytes - memory.non_torch_bytes) * (1.0 - fraction)
+    return reserve, memory.activation_peak_bytes + memory.cuda_graph_bytes
+
+
 def with_sglang_drafter(
     plan: CapacityPlan,
     spec: ModelSpec,
@@ -183,9 +192,8 @@ def with_sglang_drafter(
     )
     pool = profiled_tokens + extra_tokens
     kv = pool * draft_kv_bytes_per_token(spec, layers, tp, r.kv_cache_dtype)
-    free_before_load = memory.total_bytes - memory.non_torch_bytes
-    reserve = free_before_load * (1.0 - fraction)
-    beside = memory.activation_peak_bytes + memory.cuda_graph_bytes + taken_bytes
+    reserve, beside = static_reserve(memory, fraction)
+    beside += taken_bytes
     headroom = extra_tokens * plan.kv_bytes_per_token
     needed = beside + headroom + weights + kv
     note = (
